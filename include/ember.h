@@ -1,0 +1,206 @@
+/*
+ * ember.h - public interface of the Ember key-value store.
+ *
+ * Ember is an embedded, F2-style key-value store: a hybrid log (mutable in memory,
+ * read-only in memory, then on disk) indexed by a latch-free hash index, with
+ * epoch protection and io_uring for all disk I/O. Keys and values are byte strings
+ * of variable length.
+ *
+ * Objects and threads
+ * -------------------
+ *   ember_db       One open store (one directory). Thread-safe: any thread may open
+ *                  sessions on it. ember_close() must not race with any other call
+ *                  on the same db or its sessions.
+ *   ember_session  A thread's handle for data operations. A session belongs to the
+ *                  thread that uses it: one thread at a time, no concurrent calls on
+ *                  the same session. Open one session per worker thread. A session
+ *                  never blocks other sessions while it sits idle between calls.
+ *
+ * Return values
+ * -------------
+ * Every call returns 0 on success or a negative error code: one of the EMBER_E*
+ * codes below, or a negated errno value (-EACCES, -ENOSPC, ...) for failures the
+ * operating system reported. ember_strerror() explains either kind.
+ *
+ * Ownership
+ * ---------
+ * The library never keeps or frees a buffer the caller supplied; keys and values
+ * are copied in and out during the call. Pointers returned by the library (handles)
+ * stay valid until the matching close call.
+ */
+#ifndef EMBER_H
+#define EMBER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define EMBER_VERSION_MAJOR 0
+#define EMBER_VERSION_MINOR 1
+#define EMBER_VERSION_PATCH 0
+#define EMBER_VERSION_STRING "0.1.0"
+/* One number that grows with every release: major * 10000 + minor * 100 + patch. */
+#define EMBER_VERSION_NUMBER                                                        \
+	(EMBER_VERSION_MAJOR * 10000 + EMBER_VERSION_MINOR * 100 + EMBER_VERSION_PATCH)
+
+/* The library's version at run time (compare with EMBER_VERSION_STRING). */
+const char *ember_version(void);
+
+/*
+ * Error codes. They live in a range of their own far below errno values, so a
+ * negated errno and an Ember code never collide.
+ */
+enum {
+	EMBER_OK = 0,
+	EMBER_EINVAL = -30000,   /* an argument is NULL, zero, or out of range */
+	EMBER_ENOTFOUND = -30001,/* the key is absent (never written, or deleted) */
+	EMBER_ERANGE = -30002,   /* the caller's buffer is too small; the needed size is returned */
+	EMBER_ETOOBIG = -30003,  /* a key or value is larger than the store accepts */
+	EMBER_ENOMEM = -30004,   /* out of memory */
+	EMBER_EIO = -30005,      /* an I/O request failed or returned short */
+	EMBER_ECORRUPT = -30006, /* a checksum or structure check failed on data read back */
+	EMBER_ENOTEMBER = -30007,/* the directory holds a file that is not an Ember file */
+	EMBER_EVERSION = -30008, /* an Ember file of a format version this library cannot read */
+	EMBER_EEXIST = -30009,   /* a store already exists and the options forbid using it */
+	EMBER_EBUSY = -30010,    /* the store is in use (locked by another process, or sessions open) */
+	EMBER_ESTATE = -30011,   /* the call is not valid in the object's state (e.g. a closed session) */
+	EMBER_EAGAIN = -30012,   /* try again later */
+	EMBER_ENOSPC = -30013,   /* a configured limit (sessions, disk budget) is exhausted */
+};
+
+/* A static, human-readable explanation of any return code (Ember's or -errno). */
+const char *ember_strerror(int code);
+
+/* Limits. */
+#define EMBER_MAX_KEY_LEN (64u * 1024u)          /* keys: 1 .. 64 KiB */
+#define EMBER_MAX_VALUE_LEN (64u * 1024u * 1024u) /* values: 0 .. 64 MiB (see below) */
+#define EMBER_MAX_SESSIONS 256u                   /* sessions open at once per db */
+
+/* ember_options.flags */
+#define EMBER_OPEN_TRUNCATE 0x1u /* discard whatever store the directory holds */
+
+/*
+ * Options for ember_open(). Zero the struct (or call ember_options_default()) and
+ * set what you need: every field left at zero takes its default.
+ */
+typedef struct ember_options {
+	/* Bytes of memory for the hot log: the mutable and read-only in-memory regions.
+	 * Rounded down to a multiple of page_size; at least 8 pages. Default 256 MiB.
+	 * The largest value the store accepts is the smaller of EMBER_MAX_VALUE_LEN and
+	 * log_memory / 2 minus the record header and key. */
+	uint64_t log_memory;
+	/* Fraction of log_memory that is mutable (updated in place); the rest is
+	 * read-only in memory (an update copies the record to the tail). 0 < f <= 1.
+	 * Default 0.9. */
+	double mutable_fraction;
+	/* Buckets in the hash index (64 bytes each, 7 entries). Rounded up to a power of
+	 * two. About one bucket per 4-6 keys keeps chains short. Default 2^18. */
+	uint64_t index_buckets;
+	/* Log page size in bytes: the unit of flushing and eviction. A power of two
+	 * between 64 KiB and 64 MiB. Default 1 MiB. Records may span pages. */
+	uint32_t page_size;
+	/* Depth of each session's io_uring queue: how many disk reads one session keeps
+	 * in flight at most. Between 1 and 4096. Default 128. */
+	uint32_t io_queue_depth;
+	/* EMBER_OPEN_* flags. */
+	uint32_t flags;
+} ember_options;
+
+/* Fill *opts with the defaults. opts must not be NULL. */
+void ember_options_default(ember_options *opts);
+
+typedef struct ember_db ember_db;
+typedef struct ember_session ember_session;
+
+/*
+ * Open (creating if needed) the store in directory dir. opts may be NULL for
+ * defaults. On success *db is set; on failure *db is left NULL.
+ *
+ * Until checkpoints and recovery land, a directory that already holds an Ember store
+ * returns EMBER_EEXIST unless opts->flags has EMBER_OPEN_TRUNCATE (which discards
+ * it). A directory whose superblock is not Ember's returns EMBER_ENOTEMBER; one of
+ * another format version EMBER_EVERSION. A directory locked by another open store
+ * returns EMBER_EBUSY. A directory that cannot be created returns -errno.
+ */
+int ember_open(const char *dir, const ember_options *opts, ember_db **db);
+
+/*
+ * Close the store and free everything. Returns EMBER_EBUSY (and closes nothing) if
+ * sessions are still open. Accepts NULL (returns 0).
+ */
+int ember_close(ember_db *db);
+
+/*
+ * Open a session for the calling thread. At most EMBER_MAX_SESSIONS at once
+ * (EMBER_ENOSPC past that).
+ */
+int ember_session_open(ember_db *db, ember_session **s);
+
+/*
+ * Close a session. Its handle stays allocated until ember_close(): any later call
+ * with it returns EMBER_ESTATE rather than touching freed memory. Accepts NULL.
+ */
+int ember_session_close(ember_session *s);
+
+/*
+ * Insert or replace key -> value. klen 1..EMBER_MAX_KEY_LEN; vlen may be 0
+ * (val may then be NULL).
+ */
+int ember_put(ember_session *s, const void *key, size_t klen, const void *val,
+	      size_t vlen);
+
+/*
+ * Read key's value into buf (capacity cap). On success *vlen is the value's length.
+ * Returns EMBER_ENOTFOUND if absent; EMBER_ERANGE if cap < the value's length, with
+ * *vlen set to the length needed (buf may be NULL when cap is 0, to ask the size).
+ */
+int ember_get(ember_session *s, const void *key, size_t klen, void *buf, size_t cap,
+	      size_t *vlen);
+
+/* Delete key. Returns 0 whether or not the key existed. */
+int ember_delete(ember_session *s, const void *key, size_t klen);
+
+/*
+ * Read-modify-write callback. old is the current value (old_len bytes), or NULL
+ * with old_len 0 when the key is absent. Write the new value to out (capacity
+ * out_cap bytes) and its length to *out_len, then return 0.
+ *
+ *  - When the store updates the record in place, out == old and out_cap >= old_len:
+ *    write with that aliasing in mind.
+ *  - If out_cap is too small, set *out_len to the size needed, write nothing, and
+ *    return EMBER_ERANGE: you will be called again with room for it.
+ *  - Any other negative return aborts the update; ember_rmw() returns that code and
+ *    the stored value is unchanged.
+ *  - The callback may run more than once per ember_rmw() (a retry after a
+ *    concurrent change); only the last run's output is stored, so it must compute
+ *    its result from old and arg alone. It runs while the record is latched against
+ *    other writers: keep it short and never call back into Ember from it.
+ */
+typedef int (*ember_rmw_fn)(void *arg, const void *old, size_t old_len, void *out,
+			    size_t out_cap, size_t *out_len);
+
+/* Atomically replace key's value by fn(old). See ember_rmw_fn. */
+int ember_rmw(ember_session *s, const void *key, size_t klen, ember_rmw_fn fn,
+	      void *arg);
+
+/*
+ * Many gets at once: for i in [0, n), read keys[i] (klens[i] bytes) into bufs[i]
+ * (capacity caps[i]), storing the length in vlens[i] and the per-key result (as
+ * ember_get() would return it) in status[i]. All disk reads the batch needs are in
+ * flight together (up to the session's io_queue_depth at a time), and in-memory
+ * lookups overlap their cache misses. Returns 0 when every key was looked up (check
+ * status[]), or an error code for invalid arguments (then status[] is untouched).
+ * n may be 0. bufs[i] may be NULL when caps[i] is 0.
+ */
+int ember_get_batch(ember_session *s, size_t n, const void *const keys[],
+		    const size_t klens[], void *const bufs[], const size_t caps[],
+		    size_t vlens[], int status[]);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EMBER_H */

@@ -1,0 +1,48 @@
+/*
+ * alloc.c - the allocator switch described in alloc.h.
+ */
+#include "core/alloc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef EMBER_USE_JEMALLOC
+#include <jemalloc/jemalloc.h>
+
+void *em_alloc(size_t size) { return mallocx(size ? size : 1, 0); }
+
+void *em_zalloc(size_t size) { return mallocx(size ? size : 1, MALLOCX_ZERO); }
+
+void *em_alloc_aligned(size_t align, size_t size)
+{
+	return mallocx(size ? size : 1, MALLOCX_ALIGN(align));
+}
+
+void em_free(void *ptr, size_t size)
+{
+	(void)size; /* sdallocx would need the alignment flags too; keep it simple */
+	if (ptr)
+		dallocx(ptr, 0);
+}
+
+#else
+
+void *em_alloc(size_t size) { return malloc(size ? size : 1); }
+
+void *em_zalloc(size_t size) { return calloc(1, size ? size : 1); }
+
+void *em_alloc_aligned(size_t align, size_t size)
+{
+	void *p = NULL;
+	if (posix_memalign(&p, align, size ? size : 1) != 0)
+		return NULL;
+	return p;
+}
+
+void em_free(void *ptr, size_t size)
+{
+	(void)size;
+	free(ptr);
+}
+
+#endif

@@ -1,0 +1,25 @@
+/*
+ * alloc.h - the library's allocation calls.
+ *
+ * Every allocation Ember makes for itself goes through these calls, so the
+ * allocator is chosen in one place: jemalloc's non-standard API (mallocx/sdallocx,
+ * which never interposes on the application's malloc) when built with
+ * -Dallocator=jemalloc, libc otherwise (sanitizer builds, where ASan must see every
+ * allocation). Large, long-lived regions (the log buffer, the hash table) are
+ * mapped with mmap by their owners instead.
+ *
+ * Invariant: memory from em_alloc* is freed with em_free, passing the same size
+ * (size 0 is allowed when the size is unknown to the caller).
+ */
+#ifndef EMBER_CORE_ALLOC_H
+#define EMBER_CORE_ALLOC_H
+
+#include <stddef.h>
+
+void *em_alloc(size_t size);
+void *em_zalloc(size_t size);
+/* align is a power of two >= sizeof(void *). */
+void *em_alloc_aligned(size_t align, size_t size);
+void em_free(void *ptr, size_t size);
+
+#endif

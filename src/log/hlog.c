@@ -1,0 +1,334 @@
+/*
+ * hlog.c - the hybrid log's memory, allocation waits and its worker thread
+ * (design notes in hlog.h).
+ */
+#include "log/hlog.h"
+
+#include <ember.h>
+#include <errno.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#define FLUSH_CHUNK (4u << 20) /* largest single write */
+
+static void atomic_max_u64(_Atomic uint64_t *v, uint64_t x)
+{
+	uint64_t cur = atomic_load_explicit(v, memory_order_relaxed);
+	/* release: publish what was done before raising the boundary */
+	while (cur < x && !atomic_compare_exchange_weak_explicit(v, &cur, x, memory_order_release,
+								 memory_order_relaxed))
+		;
+}
+
+void hlog_kick(struct hlog *l)
+{
+	pthread_mutex_lock(&l->mu);
+	l->kicked = 1;
+	pthread_cond_signal(&l->cv);
+	pthread_mutex_unlock(&l->mu);
+}
+
+static void set_safe_ro(void *arg)
+{
+	struct hlog_bump *b = arg;
+	struct hlog *l = b->log;
+	atomic_max_u64(&l->safe_read_only, b->value);
+	/* release: the slot may be reused once this is seen */
+	atomic_store_explicit(&b->busy, 0, memory_order_release);
+	hlog_kick(l);
+}
+
+static void set_safe_head(void *arg)
+{
+	struct hlog_bump *b = arg;
+	atomic_max_u64(&b->log->safe_head, b->value);
+	/* release: as above */
+	atomic_store_explicit(&b->busy, 0, memory_order_release);
+}
+
+/* Move a boundary and register the epoch action that makes it safe. Returns 0 if
+ * no bump slot is free (try again later). */
+static int bump(struct hlog *l, _Atomic uint64_t *boundary, uint64_t value,
+		epoch_action_fn fn)
+{
+	struct hlog_bump *b = &l->bumps[l->bump_next % HLOG_BUMPS];
+	/* acquire: the previous action on this slot has finished with it */
+	if (atomic_load_explicit(&b->busy, memory_order_acquire))
+		return 0;
+	l->bump_next++;
+	b->log = l;
+	b->value = value;
+	atomic_store_explicit(&b->busy, 1, memory_order_relaxed); /* published by epoch_bump */
+	atomic_max_u64(boundary, value);
+	epoch_bump(l->ep, fn, b);
+	return 1;
+}
+
+static void flush_done(void *ctx, uint64_t ud, int res)
+{
+	struct hlog *l = ctx;
+	struct hlog_write *w = &l->writes[ud];
+	if (res < 0 || (uint64_t)res != w->end - w->start) {
+		int expect = 0;
+		/* relaxed: a sticky flag read by waiters */
+		atomic_compare_exchange_strong_explicit(&l->error, &expect,
+							res < 0 ? res : EMBER_EIO,
+							memory_order_relaxed, memory_order_relaxed);
+	}
+	w->done = 1;
+	while (l->writes_count > 0 && l->writes[l->writes_head].done) {
+		struct hlog_write *o = &l->writes[l->writes_head];
+		/* relaxed: a statistic */
+		atomic_fetch_add_explicit(&l->bytes_flushed, o->end - o->start, memory_order_relaxed);
+		if (!atomic_load_explicit(&l->error, memory_order_relaxed))
+			atomic_max_u64(&l->flushed, o->end);
+		l->writes_head = (l->writes_head + 1) % HLOG_MAX_FLUSH_WRITES;
+		l->writes_count--;
+	}
+}
+
+/* Checksum every record that starts below upto (all of them immutable now). */
+static int checksum_records(struct hlog *l, uint64_t upto)
+{
+	uint64_t tail = hlog_load(&l->tail);
+	while (l->csum_cursor < upto) {
+		struct record *r = hlog_rec(l, l->csum_cursor);
+		uint64_t size = rec_total_size(r);
+		if (r->key_len == 0 || r->key_len > EMBER_MAX_KEY_LEN || r->val_cap > l->mem_size ||
+		    l->csum_cursor + size > tail)
+			return EMBER_ECORRUPT;
+		r->checksum = rec_checksum(r);
+		l->csum_cursor += size;
+	}
+	return 0;
+}
+
+static void worker_flush(struct hlog *l)
+{
+	uint64_t sro = hlog_load(&l->safe_read_only);
+	if (sro <= l->flush_issued || atomic_load_explicit(&l->error, memory_order_relaxed))
+		return;
+	int rc = checksum_records(l, sro);
+	if (rc < 0) {
+		atomic_store_explicit(&l->error, rc, memory_order_relaxed); /* sticky flag */
+		return;
+	}
+	while (l->flush_issued < sro && l->writes_count < HLOG_MAX_FLUSH_WRITES) {
+		uint64_t start = em_page_floor(l->flush_issued, l->page_bits);
+		uint64_t end = sro - start > FLUSH_CHUNK ? start + FLUSH_CHUNK : sro;
+		uint32_t idx = (l->writes_head + l->writes_count) % HLOG_MAX_FLUSH_WRITES;
+		l->writes[idx] = (struct hlog_write){start, end, 0};
+		void *src = l->base + (l->mem_mask ? (start & l->mem_mask) : (start % l->mem_size));
+		if (em_ring_write(&l->ring, l->file, src, (uint32_t)(end - start), start, idx) < 0)
+			break;
+		l->writes_count++;
+		l->flush_issued = end;
+	}
+	if (em_ring_submit(&l->ring) < 0)
+		atomic_store_explicit(&l->error, EMBER_EIO, memory_order_relaxed); /* sticky */
+}
+
+static void worker_step(struct hlog *l)
+{
+	uint64_t tail = hlog_load(&l->tail);
+	uint64_t need = hlog_load(&l->alloc_need);
+	if (need < tail)
+		need = tail;
+	uint64_t want_head = 0;
+	if (need + l->headroom > l->mem_size)
+		want_head = em_page_ceil(need + l->headroom - l->mem_size, l->page_bits);
+	uint64_t tail_floor = em_page_floor(tail, l->page_bits);
+	uint64_t want_ro = tail_floor > l->mutable_bytes ? tail_floor - l->mutable_bytes : 0;
+	want_ro = em_page_floor(want_ro, l->page_bits);
+	if (want_ro < want_head)
+		want_ro = want_head;
+	if (want_ro > tail_floor)
+		want_ro = tail_floor;
+	if (want_ro > hlog_load(&l->read_only))
+		bump(l, &l->read_only, want_ro, set_safe_ro);
+
+	worker_flush(l);
+
+	uint64_t h = want_head < hlog_load(&l->flushed) ? want_head : hlog_load(&l->flushed);
+	h = em_page_floor(h, l->page_bits);
+	if (h > hlog_load(&l->head))
+		bump(l, &l->head, h, set_safe_head);
+}
+
+static int bumps_pending(struct hlog *l)
+{
+	for (int i = 0; i < HLOG_BUMPS; i++)
+		/* relaxed: a hint for how long to sleep */
+		if (atomic_load_explicit(&l->bumps[i].busy, memory_order_relaxed))
+			return 1;
+	return 0;
+}
+
+static void *hlog_worker(void *arg)
+{
+	struct hlog *l = arg;
+	for (;;) {
+		pthread_mutex_lock(&l->mu);
+		int stop = l->stop;
+		l->kicked = 0;
+		pthread_mutex_unlock(&l->mu);
+		if (stop)
+			break;
+		worker_step(l);
+		if (l->ring.inflight > 0) {
+			em_ring_reap_timeout(&l->ring, 500, flush_done, l);
+			continue;
+		}
+		if (bumps_pending(l)) {
+			epoch_drain(l->ep);
+			if (bumps_pending(l)) {
+				struct timespec ts = {0, 20000};
+				nanosleep(&ts, NULL);
+			}
+			continue;
+		}
+		pthread_mutex_lock(&l->mu);
+		if (!l->kicked && !l->stop) {
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += 20 * 1000 * 1000;
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			pthread_cond_timedwait(&l->cv, &l->mu, &ts);
+		}
+		pthread_mutex_unlock(&l->mu);
+	}
+	while (l->ring.inflight > 0)
+		if (em_ring_reap(&l->ring, 1, flush_done, l) < 0)
+			break;
+	return NULL;
+}
+
+int hlog_wait(struct hlog *l, uint64_t size, int epoch_slot)
+{
+	uint64_t need = hlog_load(&l->tail) + size;
+	atomic_max_u64(&l->alloc_need, need);
+	hlog_kick(l);
+	epoch_unprotect(l->ep, epoch_slot);
+	int rc = 0;
+	for (unsigned spins = 0;; spins++) {
+		uint64_t limit = em_page_floor(hlog_load(&l->safe_head), l->page_bits) + l->mem_size;
+		if (limit >= need)
+			break;
+		rc = atomic_load_explicit(&l->error, memory_order_relaxed); /* sticky flag */
+		if (rc)
+			break;
+		epoch_drain(l->ep);
+		if (spins < 64) {
+			sched_yield();
+		} else {
+			struct timespec ts = {0, 50000};
+			nanosleep(&ts, NULL);
+		}
+	}
+	epoch_protect(l->ep, epoch_slot);
+	return rc;
+}
+
+static int map_ring(struct hlog *l)
+{
+	l->memfd = memfd_create("ember-hlog", MFD_CLOEXEC);
+	if (l->memfd < 0)
+		return -errno;
+	if (ftruncate(l->memfd, (off_t)l->mem_size) != 0)
+		return -errno;
+	/* reserve twice the size, then map the same memory into both halves */
+	uint8_t *area = mmap(NULL, 2 * l->mem_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (area == MAP_FAILED)
+		return -errno;
+	for (int half = 0; half < 2; half++) {
+		void *p = mmap(area + half * l->mem_size, l->mem_size, PROT_READ | PROT_WRITE,
+			       MAP_SHARED | MAP_FIXED, l->memfd, 0);
+		if (p == MAP_FAILED) {
+			int err = -errno;
+			munmap(area, 2 * l->mem_size);
+			return err;
+		}
+	}
+	l->base = area;
+	return 0;
+}
+
+int hlog_init(struct hlog *l, const struct hlog_config *cfg, struct em_file *file,
+	      struct epoch *ep)
+{
+	int rc;
+	memset(l, 0, sizeof(*l));
+	l->memfd = -1;
+	l->page_size = cfg->page_size;
+	l->page_bits = (unsigned)__builtin_ctzll(cfg->page_size);
+	l->mem_size = em_page_floor(cfg->mem_size, l->page_bits);
+	l->mem_mask = (l->mem_size & (l->mem_size - 1)) == 0 ? l->mem_size - 1 : 0;
+	l->mutable_bytes = em_page_floor((uint64_t)(cfg->mutable_fraction * (double)l->mem_size),
+					 l->page_bits);
+	if (l->mutable_bytes < l->page_size)
+		l->mutable_bytes = l->page_size;
+	l->headroom = em_page_ceil(l->mem_size / 8, l->page_bits);
+	l->file = file;
+	l->ep = ep;
+	atomic_init(&l->tail, EM_LOG_START);
+	atomic_init(&l->begin, EM_LOG_START);
+	l->csum_cursor = EM_LOG_START;
+	for (int i = 0; i < HLOG_BUMPS; i++)
+		atomic_init(&l->bumps[i].busy, 0);
+
+	rc = map_ring(l);
+	if (rc < 0)
+		goto undo_memfd;
+	rc = em_ring_init(&l->ring, HLOG_MAX_FLUSH_WRITES);
+	if (rc < 0)
+		goto undo_map;
+	pthread_mutex_init(&l->mu, NULL);
+	pthread_cond_init(&l->cv, NULL);
+	rc = -pthread_create(&l->thread, NULL, hlog_worker, l);
+	if (rc < 0)
+		goto undo_ring;
+	l->thread_started = 1;
+	return 0;
+
+undo_ring:
+	pthread_cond_destroy(&l->cv);
+	pthread_mutex_destroy(&l->mu);
+	em_ring_exit(&l->ring);
+undo_map:
+	munmap(l->base, 2 * l->mem_size);
+	l->base = NULL;
+undo_memfd:
+	if (l->memfd >= 0)
+		close(l->memfd);
+	l->memfd = -1;
+	return rc == -ENOMEM ? EMBER_ENOMEM : rc;
+}
+
+void hlog_destroy(struct hlog *l)
+{
+	if (l->thread_started) {
+		pthread_mutex_lock(&l->mu);
+		l->stop = 1;
+		pthread_cond_signal(&l->cv);
+		pthread_mutex_unlock(&l->mu);
+		pthread_join(l->thread, NULL);
+		l->thread_started = 0;
+		/* actions that still point into this log must run before it goes */
+		epoch_finish(l->ep);
+		pthread_cond_destroy(&l->cv);
+		pthread_mutex_destroy(&l->mu);
+		em_ring_exit(&l->ring);
+	}
+	if (l->base)
+		munmap(l->base, 2 * l->mem_size);
+	if (l->memfd >= 0)
+		close(l->memfd);
+	l->base = NULL;
+	l->memfd = -1;
+}

@@ -1,0 +1,170 @@
+/*
+ * hlog.h - the hybrid log: a log whose tail lives in memory and whose older part
+ * lives on disk.
+ *
+ * Design notes
+ * ------------
+ * Addresses grow without bound; the newest mem_size bytes of the log may be held
+ * in memory, in a ring buffer mapped twice back to back so that any record (even
+ * one that wraps around the ring's end) is contiguous in virtual memory. Byte x of
+ * the log lives at base + (x mod mem_size) while x >= head.
+ *
+ * Regions, from old to new:
+ *
+ *   begin <= head <= safe_read_only <= read_only <= tail
+ *   [begin, head)       on disk only; reads go to the file
+ *   [head, safe_ro)     in memory, immutable; flushed (or being flushed) to disk
+ *   [safe_ro, ro)       in memory, "fuzzy": threads that entered their epoch before
+ *                       read_only moved may still update in place here, so a
+ *                       read-modify-write must wait until safe_ro passes
+ *   [ro, tail)          mutable: records are updated in place under their lock
+ *
+ * Invariants
+ *  1. Every boundary only grows. read_only, head and the flush points are page
+ *     aligned (or still at their initial value).
+ *  2. [begin, tail) is dense: every byte belongs to a record that the allocating
+ *     thread fully wrote (or marked invalid) before leaving its epoch.
+ *  3. safe_ro becomes R only once every thread that could have seen read_only < R
+ *     has left its epoch (epoch action set_safe_ro), so nothing below safe_ro is
+ *     written again: it may be checksummed and flushed.
+ *  4. head <= flushed: a byte leaves memory only after it is on disk.
+ *  5. safe_head becomes H only once every thread that could have seen head < H has
+ *     left its epoch (set_safe_head); only then may the ring bytes of addresses below
+ *     H be reused, so allocation stops at page_floor(safe_head) + mem_size.
+ *
+ * Transitions (all made by the log worker thread, hlog_worker):
+ *   tail moves      hlog_alloc (user threads, CAS)
+ *   read_only moves worker_step when the mutable region exceeds its share, or when
+ *                   an allocator waits for room (alloc_need)
+ *   safe_ro moves   set_safe_ro, the epoch action of that move
+ *   flush issued    worker_flush: checksums records, writes whole pages
+ *   flushed moves   flush_done, in address order as writes complete
+ *   head moves      worker_step, up to flushed, as far as room is needed
+ *   safe_head moves set_safe_head, the epoch action of that move
+ *
+ * Threads: hlog_alloc/hlog_wait/hlog_rec may be called by any protected session;
+ * the worker owns all other transitions.
+ */
+#ifndef EMBER_LOG_HLOG_H
+#define EMBER_LOG_HLOG_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "core/address.h"
+#include "core/epoch.h"
+#include "io/file.h"
+#include "log/record.h"
+
+#define HLOG_MAX_FLUSH_WRITES 64
+#define HLOG_BUMPS 32
+
+struct hlog;
+
+struct hlog_bump {
+	struct hlog *log;
+	uint64_t value;
+	_Atomic int busy;
+};
+
+struct hlog_write {
+	uint64_t start, end;
+	int done;
+};
+
+struct hlog {
+	/* configuration, fixed at init */
+	uint64_t mem_size;
+	uint64_t mem_mask; /* mem_size - 1 when a power of two, else 0 */
+	uint64_t page_size;
+	unsigned page_bits;
+	uint64_t mutable_bytes;
+	uint64_t headroom;
+	uint8_t *base;
+	int memfd;
+	struct em_file *file;
+	struct epoch *ep;
+
+	/* boundaries: each written by one party, read by all */
+	_Atomic uint64_t tail __attribute__((aligned(64)));
+	_Atomic uint64_t read_only __attribute__((aligned(64)));
+	_Atomic uint64_t safe_read_only;
+	_Atomic uint64_t head;
+	_Atomic uint64_t safe_head;
+	_Atomic uint64_t flushed;
+	_Atomic uint64_t begin;
+	_Atomic uint64_t alloc_need;
+	_Atomic int error; /* first I/O error of the worker, sticky */
+	_Atomic uint64_t bytes_flushed;
+
+	/* worker state */
+	uint64_t flush_issued;
+	uint64_t csum_cursor;
+	struct hlog_write writes[HLOG_MAX_FLUSH_WRITES];
+	uint32_t writes_head, writes_count;
+	struct hlog_bump bumps[HLOG_BUMPS];
+	uint32_t bump_next;
+	struct em_ring ring;
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int kicked, stop, thread_started;
+};
+
+struct hlog_config {
+	uint64_t mem_size;
+	uint32_t page_size;
+	double mutable_fraction;
+};
+
+/* Returns 0, EMBER_ENOMEM, or -errno. The log writes to file (which must stay open
+ * until hlog_destroy). */
+int hlog_init(struct hlog *l, const struct hlog_config *cfg, struct em_file *file,
+	      struct epoch *ep);
+/* Stops the worker (waiting for its writes) and frees memory. */
+void hlog_destroy(struct hlog *l);
+
+static inline struct record *hlog_rec(struct hlog *l, uint64_t addr)
+{
+	uint64_t off = l->mem_mask ? (addr & l->mem_mask) : (addr % l->mem_size);
+	return (struct record *)(void *)(l->base + off);
+}
+
+static inline uint64_t hlog_load(_Atomic uint64_t *boundary)
+{
+	/* acquire: what the mover published before moving the boundary is visible */
+	return atomic_load_explicit(boundary, memory_order_acquire);
+}
+
+void hlog_kick(struct hlog *l);
+
+/*
+ * Claim size bytes at the tail. Returns the address, or 0 when there is no room in
+ * memory yet: then call hlog_wait (which leaves and re-enters the epoch) and start
+ * the operation over.
+ */
+static inline uint64_t hlog_alloc(struct hlog *l, uint64_t size)
+{
+	/* relaxed: the CAS below validates */
+	uint64_t t = atomic_load_explicit(&l->tail, memory_order_relaxed);
+	for (;;) {
+		uint64_t end = t + size;
+		uint64_t limit = em_page_floor(hlog_load(&l->safe_head), l->page_bits) + l->mem_size;
+		if (end > limit)
+			return 0;
+		/* acq_rel: claims [t, end); frames there were freed before safe_head moved */
+		if (atomic_compare_exchange_weak_explicit(&l->tail, &t, end, memory_order_acq_rel,
+							  memory_order_relaxed)) {
+			if ((t >> l->page_bits) != (end >> l->page_bits))
+				hlog_kick(l);
+			return t;
+		}
+	}
+}
+
+/* Wait (unprotected) until size more bytes could fit. Returns 0 or the log's
+ * sticky error. The caller is protected again on return. */
+int hlog_wait(struct hlog *l, uint64_t size, int epoch_slot);
+
+#endif

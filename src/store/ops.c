@@ -1,0 +1,408 @@
+/*
+ * ops.c - single-key operations: put, delete, get, read-modify-write.
+ *
+ * Design notes (how writes stay correct without locks on the index)
+ *  1. The index entry for a key's tag points to the newest record of a chain that
+ *     may hold several keys; a new record is linked by CAS(entry, old, new) with
+ *     prev = old, so a chain is only ever extended at its head.
+ *  2. A record at or above read_only may be updated in place, under its sequence
+ *     lock. A blind write (put, delete) that finds the key's record read-only just
+ *     appends a new record: a concurrent in-place writer that still saw the record
+ *     as mutable is ordered before it (its write is overwritten, as if it came
+ *     first).
+ *  3. A read-modify-write reads the old value, so it must never lose a concurrent
+ *     update:
+ *     - mutable record: it holds the record's lock across read and write; if the
+ *       new value does not fit it appends a copy and seals the old record when the
+ *       CAS succeeds (sealed records refuse in-place writers, who then retry from
+ *       the index and find the copy);
+ *     - record in the fuzzy region [safe_ro, ro): an old-epoch thread may still be
+ *       writing it in place, so the RMW refreshes its epoch and retries;
+ *     - record below safe_ro (memory or disk): immutable; the CAS on the entry
+ *       value seen before the read fails if anything was linked since, and the
+ *       RMW retries.
+ *  4. A record that lost its CAS is marked invalid and never linked.
+ *  5. An operation that must wait for log space leaves its epoch (hlog_wait) and
+ *     starts over, holding no record lock while it waits.
+ */
+#include "store/store_int.h"
+
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/hash.h"
+
+int rec_read_value(struct record *r, void *buf, size_t cap, size_t *vlen)
+{
+	for (;;) {
+		/* acquire: pairs with the unlocking release of the last writer */
+		uint32_t s1 = atomic_load_explicit(&r->seq, memory_order_acquire);
+		if (s1 & 1) {
+			__builtin_ia32_pause();
+			continue;
+		}
+		uint64_t hdr = rec_header(r);
+		/* relaxed: validated by the seq re-check */
+		uint32_t n = atomic_load_explicit(&r->val_len, memory_order_relaxed);
+		int rc = 0;
+		if (hdr & REC_TOMBSTONE)
+			rc = EMBER_ENOTFOUND;
+		else if (n > cap)
+			rc = EMBER_ERANGE;
+		else if (n)
+			rec_value_load(r, buf, n);
+		/* acquire fence: the value loads above happen before the re-check */
+		atomic_thread_fence(memory_order_acquire);
+		if (atomic_load_explicit(&r->seq, memory_order_relaxed) == s1) {
+			if (rc != EMBER_ENOTFOUND)
+				*vlen = n;
+			return rc;
+		}
+	}
+}
+
+static void rec_mark_invalid(struct record *r)
+{
+	/* relaxed: the record was never published */
+	atomic_fetch_or_explicit(&r->header, REC_INVALID, memory_order_relaxed);
+}
+
+static int size_check(ember_session *s, size_t klen, size_t vlen)
+{
+	if (vlen > EMBER_MAX_VALUE_LEN || rec_size((uint32_t)klen, rec_cap_for(vlen)) > s->db->max_record)
+		return EMBER_ETOOBIG;
+	return 0;
+}
+
+/* Link a freshly written record nr at na: CAS on slot (entry e) or a new entry. */
+static int link_record(struct ember_db *db, uint64_t hash, hi_slot *slot, uint64_t e,
+		       uint64_t na)
+{
+	if (slot) {
+		uint64_t ne = hi_make_entry(em_hash_tag(hash), na);
+		/* release: the record's contents are visible before the entry points to it */
+		if (atomic_compare_exchange_strong_explicit(slot, &e, ne, memory_order_release,
+							    memory_order_relaxed))
+			return 0;
+		return 1;
+	}
+	hi_slot *ns;
+	uint64_t ne;
+	int rc = hi_insert(&db->index, hash, na, &ns, &ne);
+	return rc; /* 0 inserted, 1 someone else created the entry: retry, <0 error */
+}
+
+/* put (tomb == 0) and delete (tomb == 1) */
+static int blind_write(ember_session *s, const void *key, uint32_t klen, const void *val,
+		       uint32_t vlen, int tomb)
+{
+	struct ember_db *db = s->db;
+	struct hlog *hot = db->hot;
+	uint64_t hash = em_hash(key, klen);
+	uint32_t cap = tomb ? 0 : rec_cap_for(vlen);
+	uint64_t size = rec_size(klen, cap);
+	int rc;
+	epoch_protect(db->ep, s->slot);
+	for (;;) {
+		uint64_t e = 0;
+		hi_slot *slot = hi_find(&db->index, hash, &e);
+		if (!slot && tomb) {
+			rc = 0; /* no entry: the key is in no record at all */
+			break;
+		}
+		if (slot) {
+			uint64_t ro = hlog_load(&hot->read_only);
+			uint64_t a = hi_entry_addr(e);
+			struct record *r = NULL;
+			while (a >= ro && a >= EM_LOG_START) {
+				struct record *c = hlog_rec(hot, a);
+				if (rec_key_eq(c, key, klen)) {
+					r = c;
+					break;
+				}
+				a = rec_prev(c);
+			}
+			if (r && (tomb || vlen <= r->val_cap)) {
+				if (rec_lock(r) != 0)
+					continue; /* sealed: a newer copy exists */
+				if (tomb) {
+					/* relaxed: ordered by the unlock's release */
+					atomic_fetch_or_explicit(&r->header, REC_TOMBSTONE, memory_order_relaxed);
+				} else {
+					rec_value_store(r, val, vlen);
+					/* relaxed: ordered by the unlock's release */
+					atomic_store_explicit(&r->val_len, vlen, memory_order_relaxed);
+					atomic_fetch_and_explicit(&r->header, ~REC_TOMBSTONE,
+								  memory_order_relaxed);
+				}
+				rec_unlock(r, 0);
+				rc = 0;
+				break;
+			}
+		}
+		uint64_t na = hlog_alloc(hot, size);
+		if (!na) {
+			rc = hlog_wait(hot, size, s->slot);
+			if (rc)
+				break;
+			continue;
+		}
+		struct record *nr = hlog_rec(hot, na);
+		rec_init(nr, slot ? hi_entry_addr(e) : 0, tomb ? REC_TOMBSTONE : 0, key, klen, val,
+			 tomb ? 0 : vlen, cap);
+		rc = link_record(db, hash, slot, e, na);
+		if (rc == 0)
+			break;
+		rec_mark_invalid(nr);
+		if (rc < 0)
+			break;
+	}
+	epoch_unprotect(db->ep, s->slot);
+	return rc;
+}
+
+int ember_put(ember_session *s, const void *key, size_t klen, const void *val, size_t vlen)
+{
+	int rc = session_check(s);
+	if (rc < 0)
+		return rc;
+	rc = key_check(key, klen);
+	if (rc < 0)
+		return rc;
+	if (!val && vlen)
+		return EMBER_EINVAL;
+	rc = size_check(s, klen, vlen);
+	if (rc < 0)
+		return rc;
+	return blind_write(s, key, (uint32_t)klen, val, (uint32_t)vlen, 0);
+}
+
+int ember_delete(ember_session *s, const void *key, size_t klen)
+{
+	int rc = session_check(s);
+	if (rc < 0)
+		return rc;
+	rc = key_check(key, klen);
+	if (rc < 0)
+		return rc;
+	return blind_write(s, key, (uint32_t)klen, NULL, 0, 1);
+}
+
+struct get_ctx {
+	void *buf;
+	size_t cap;
+	size_t *vlen;
+	int rc;
+};
+
+static void get_disk_done(void *ctx, size_t i, int status, struct record *rec)
+{
+	(void)i;
+	struct get_ctx *g = ctx;
+	g->rc = status;
+	if (status != 0)
+		return;
+	if (rec_header(rec) & REC_TOMBSTONE) {
+		g->rc = EMBER_ENOTFOUND;
+		return;
+	}
+	uint32_t n = atomic_load_explicit(&rec->val_len, memory_order_relaxed); /* private copy */
+	*g->vlen = n;
+	if (n > g->cap) {
+		g->rc = EMBER_ERANGE;
+		return;
+	}
+	if (n)
+		memcpy(g->buf, rec_value(rec), n);
+}
+
+int ember_get(ember_session *s, const void *key, size_t klen, void *buf, size_t cap,
+	      size_t *vlen)
+{
+	int rc = session_check(s);
+	if (rc < 0)
+		return rc;
+	rc = key_check(key, klen);
+	if (rc < 0)
+		return rc;
+	if (!vlen || (!buf && cap))
+		return EMBER_EINVAL;
+	struct ember_db *db = s->db;
+	struct hlog *hot = db->hot;
+	uint64_t hash = em_hash(key, klen);
+	epoch_protect(db->ep, s->slot);
+	uint64_t e = 0;
+	hi_slot *slot = hi_find(&db->index, hash, &e);
+	if (!slot) {
+		rc = EMBER_ENOTFOUND;
+		goto out;
+	}
+	uint64_t at;
+	struct record *r = trace_mem(hot, hi_entry_addr(e), key, (uint32_t)klen, &at);
+	if (r) {
+		rc = rec_read_value(r, buf, cap, vlen);
+		goto out;
+	}
+	if (at < hlog_load(&hot->begin)) {
+		rc = EMBER_ENOTFOUND;
+		goto out;
+	}
+	epoch_unprotect(db->ep, s->slot);
+	struct disk_lookup lk = {.key = key, .klen = (uint32_t)klen, .addr = at};
+	struct get_ctx g = {buf, cap, vlen, EMBER_EIO};
+	rc = disk_lookups(s, &lk, 1, get_disk_done, &g);
+	return rc < 0 ? rc : g.rc;
+out:
+	epoch_unprotect(db->ep, s->slot);
+	return rc;
+}
+
+/* rmw: fetch the old value from disk into s->oldbuf. */
+struct old_ctx {
+	ember_session *s;
+	int rc;
+	int present;
+	size_t len;
+};
+
+static void old_disk_done(void *ctx, size_t i, int status, struct record *rec)
+{
+	(void)i;
+	struct old_ctx *o = ctx;
+	o->rc = status == EMBER_ENOTFOUND ? 0 : status;
+	if (status != 0 || (rec_header(rec) & REC_TOMBSTONE))
+		return;
+	uint32_t n = atomic_load_explicit(&rec->val_len, memory_order_relaxed); /* private copy */
+	if (session_buf_reserve(&o->s->oldbuf, &o->s->oldbuf_cap, n ? n : 1) < 0) {
+		o->rc = EMBER_ENOMEM;
+		return;
+	}
+	memcpy(o->s->oldbuf, rec_value(rec), n);
+	o->present = 1;
+	o->len = n;
+}
+
+/* Run the callback into s->scratch, growing it on EMBER_ERANGE. */
+static int call_rmw(ember_session *s, ember_rmw_fn fn, void *arg, const void *old,
+		    size_t old_len, size_t *out_len)
+{
+	for (int tries = 0;; tries++) {
+		size_t need = 0;
+		int rc = fn(arg, old, old_len, s->scratch, s->scratch_cap, &need);
+		if (rc == EMBER_ERANGE) {
+			if (need > EMBER_MAX_VALUE_LEN)
+				return EMBER_ETOOBIG;
+			if (need <= s->scratch_cap || tries >= 3)
+				return EMBER_EINVAL; /* the callback asked for room it already had */
+			rc = session_buf_reserve(&s->scratch, &s->scratch_cap, need);
+			if (rc < 0)
+				return rc;
+			continue;
+		}
+		if (rc < 0)
+			return rc;
+		if (need > s->scratch_cap)
+			return EMBER_EINVAL;
+		*out_len = need;
+		return 0;
+	}
+}
+
+int ember_rmw(ember_session *s, const void *key, size_t klen, ember_rmw_fn fn, void *arg)
+{
+	int rc = session_check(s);
+	if (rc < 0)
+		return rc;
+	rc = key_check(key, klen);
+	if (rc < 0)
+		return rc;
+	if (!fn)
+		return EMBER_EINVAL;
+	struct ember_db *db = s->db;
+	struct hlog *hot = db->hot;
+	uint64_t hash = em_hash(key, klen);
+	uint32_t kl = (uint32_t)klen;
+	epoch_protect(db->ep, s->slot);
+	for (;;) {
+		uint64_t e = 0;
+		hi_slot *slot = hi_find(&db->index, hash, &e);
+		uint64_t at = 0;
+		struct record *r = slot ? trace_mem(hot, hi_entry_addr(e), key, kl, &at) : NULL;
+		struct record *locked = NULL;
+		const void *old = NULL;
+		size_t old_len = 0;
+		if (r) {
+			if (at >= hlog_load(&hot->read_only)) {
+				if (rec_lock(r) != 0)
+					continue; /* sealed: retry from the index */
+				locked = r;
+			} else if (at >= hlog_load(&hot->safe_read_only)) {
+				epoch_refresh(db->ep, s->slot); /* fuzzy region: let it settle */
+				continue;
+			}
+			if (!(rec_header(r) & REC_TOMBSTONE)) {
+				old = rec_value(r);
+				/* relaxed: stable (locked, or immutable) */
+				old_len = atomic_load_explicit(&r->val_len, memory_order_relaxed);
+			}
+		} else if (slot && at >= hlog_load(&hot->begin)) {
+			epoch_unprotect(db->ep, s->slot);
+			struct disk_lookup lk = {.key = key, .klen = kl, .addr = at};
+			struct old_ctx o = {s, EMBER_EIO, 0, 0};
+			rc = disk_lookups(s, &lk, 1, old_disk_done, &o);
+			epoch_protect(db->ep, s->slot);
+			if (rc == 0)
+				rc = o.rc;
+			if (rc < 0)
+				break;
+			if (o.present) {
+				old = s->oldbuf;
+				old_len = o.len;
+			}
+		}
+		size_t out_len = 0;
+		rc = call_rmw(s, fn, arg, old, old_len, &out_len);
+		if (rc == 0)
+			rc = size_check(s, klen, out_len);
+		if (rc < 0) {
+			if (locked)
+				rec_unlock(locked, 0);
+			break;
+		}
+		if (locked && out_len <= locked->val_cap) {
+			rec_value_store(locked, s->scratch, (uint32_t)out_len);
+			/* relaxed: ordered by the unlock's release */
+			atomic_store_explicit(&locked->val_len, (uint32_t)out_len, memory_order_relaxed);
+			atomic_fetch_and_explicit(&locked->header, ~REC_TOMBSTONE, memory_order_relaxed);
+			rec_unlock(locked, 0);
+			rc = 0;
+			break;
+		}
+		uint32_t cap = rec_cap_for(out_len);
+		uint64_t size = rec_size(kl, cap);
+		uint64_t na = hlog_alloc(hot, size);
+		if (!na) {
+			if (locked)
+				rec_unlock(locked, 0);
+			rc = hlog_wait(hot, size, s->slot);
+			if (rc)
+				break;
+			continue;
+		}
+		struct record *nr = hlog_rec(hot, na);
+		rec_init(nr, slot ? hi_entry_addr(e) : 0, 0, key, kl, s->scratch, (uint32_t)out_len, cap);
+		rc = link_record(db, hash, slot, e, na);
+		if (rc == 0) {
+			if (locked)
+				rec_unlock(locked, 1); /* seal: the copy is the newest now */
+			break;
+		}
+		rec_mark_invalid(nr);
+		if (locked)
+			rec_unlock(locked, 0);
+		if (rc < 0)
+			break;
+	}
+	epoch_unprotect(db->ep, s->slot);
+	return rc;
+}

@@ -8,7 +8,7 @@
  *  8      4    seq: in memory only, a sequence lock for in-place updates (even =
  *              stable, odd = a writer holds it; bit 31 = sealed: the record was
  *              copied to the tail and must not be updated in place any more)
- *  12     4    checksum: low 32 bits of XXH3 over header, lengths, key and value;
+ *  12     4    checksum: 32 bits of XXH3 over header, lengths, key and value;
  *              written when the record's page is flushed, checked on disk reads
  *  16     4    key length (1 .. 64 KiB)
  *  20     4    value length (0 .. value capacity)
@@ -87,7 +87,7 @@ static inline int rec_key_eq(struct record *r, const void *key, uint32_t klen)
 /* Checksum of a record that nobody writes any more (being flushed, or read back). */
 static inline uint32_t rec_checksum(struct record *r)
 {
-	uint64_t hdr = rec_header(r) & ~REC_INVALID;
+	uint64_t hdr = rec_header(r); /* final: flags are set before the page is flushed */
 	uint32_t vlen = atomic_load_explicit(&r->val_len, memory_order_relaxed); /* stable */
 	uint64_t seed = hdr ^ ((uint64_t)r->key_len << 32) ^ vlen ^ ((uint64_t)r->val_cap << 16);
 	uint64_t h = XXH3_64bits_withSeed(rec_key(r), r->key_len, seed);

@@ -26,6 +26,8 @@ int hi_init(struct hash_index *hi, uint64_t nbuckets)
 		       -1, 0);
 	if (t == MAP_FAILED)
 		return EMBER_ENOMEM;
+	/* huge pages: a random bucket access should not also miss the TLB */
+	madvise(t, hi->table_bytes, MADV_HUGEPAGE);
 	hi->table = t;
 	hi->chunks = em_zalloc(sizeof(*hi->chunks) * HI_MAX_CHUNKS);
 	if (!hi->chunks) {

@@ -31,6 +31,38 @@ void hlog_kick(struct hlog *l)
 	pthread_mutex_unlock(&l->mu);
 }
 
+uint64_t hlog_alloc_slow(struct hlog *l, uint64_t size)
+{
+	/* relaxed: the CAS below validates */
+	uint64_t t = atomic_load_explicit(&l->tail, memory_order_relaxed);
+	for (;;) {
+		uint64_t off = l->mem_mask ? (t & l->mem_mask) : (t % l->mem_size);
+		uint64_t start = off + size > l->mem_size ? t + (l->mem_size - off) : t;
+		uint64_t end = start + size;
+		uint64_t limit = em_page_floor(hlog_load(&l->safe_head), l->page_bits) + l->mem_size;
+		if (end > limit)
+			return 0;
+		/* acq_rel: as in hlog_alloc */
+		if (!atomic_compare_exchange_weak_explicit(&l->tail, &t, end, memory_order_acq_rel,
+							   memory_order_relaxed))
+			continue;
+		uint64_t gap = start - t;
+		if (gap >= REC_HDR_SIZE) {
+			/* pad the rest of the lap: a filler scanners step over */
+			struct record *f = hlog_rec(l, t);
+			atomic_init(&f->header, REC_FILLER | REC_INVALID);
+			atomic_init(&f->seq, 0);
+			f->checksum = 0;
+			f->key_len = 0;
+			atomic_init(&f->val_len, 0);
+			f->val_cap = (uint32_t)(gap - REC_HDR_SIZE);
+			f->reserved = 0;
+		}
+		hlog_kick(l);
+		return start;
+	}
+}
+
 static void set_safe_ro(void *arg)
 {
 	struct hlog_bump *b = arg;
@@ -84,7 +116,7 @@ static void flush_done(void *ctx, uint64_t ud, int res)
 		/* relaxed: a statistic */
 		atomic_fetch_add_explicit(&l->bytes_flushed, o->end - o->start, memory_order_relaxed);
 		if (!atomic_load_explicit(&l->error, memory_order_relaxed))
-			atomic_max_u64(&l->flushed, o->end);
+			atomic_max_u64(&l->flushed, o->safe_end);
 		l->writes_head = (l->writes_head + 1) % HLOG_MAX_FLUSH_WRITES;
 		l->writes_count--;
 	}
@@ -95,37 +127,67 @@ static int checksum_records(struct hlog *l, uint64_t upto)
 {
 	uint64_t tail = hlog_load(&l->tail);
 	while (l->csum_cursor < upto) {
-		struct record *r = hlog_rec(l, l->csum_cursor);
+		uint64_t a = hlog_skip_gap(l, l->csum_cursor);
+		if (a >= upto) {
+			l->csum_cursor = a;
+			break;
+		}
+		struct record *r = hlog_rec(l, a);
 		uint64_t size = rec_total_size(r);
-		if (r->key_len == 0 || r->key_len > EMBER_MAX_KEY_LEN || r->val_cap > l->mem_size ||
-		    l->csum_cursor + size > tail)
+		int filler = (rec_header(r) & REC_FILLER) != 0;
+		if ((!filler && (r->key_len == 0 || r->key_len > EMBER_MAX_KEY_LEN)) ||
+		    r->val_cap > l->mem_size || a + size > tail)
 			return EMBER_ECORRUPT;
 		r->checksum = rec_checksum(r);
-		l->csum_cursor += size;
+		l->csum_cursor = a + size;
 	}
 	return 0;
 }
 
+/*
+ * Flush what safe_ro now covers. Records may span pages, so the record that
+ * straddles safe_ro is written whole: the write runs to the 4 KiB block after the
+ * checksum cursor (the end of the last record that starts below safe_ro). Bytes
+ * past the cursor in that last block may belong to mutable records and be stale
+ * on disk; the next flush starts at the block holding the cursor and rewrites
+ * them. A write's safe_end (what flushed may advance to) is therefore capped at
+ * the cursor, which is a record boundary: every record below flushed is whole and
+ * final on disk (invariant 4 for records that straddle head).
+ */
 static void worker_flush(struct hlog *l)
 {
 	uint64_t sro = hlog_load(&l->safe_read_only);
 	if (sro <= l->flush_issued || atomic_load_explicit(&l->error, memory_order_relaxed))
 		return;
+	if (l->writes_count > HLOG_MAX_FLUSH_WRITES / 2)
+		return; /* let writes complete first: one flush is issued whole */
 	int rc = checksum_records(l, sro);
 	if (rc < 0) {
 		atomic_store_explicit(&l->error, rc, memory_order_relaxed); /* sticky flag */
 		return;
 	}
-	while (l->flush_issued < sro && l->writes_count < HLOG_MAX_FLUSH_WRITES) {
-		uint64_t start = em_page_floor(l->flush_issued, l->page_bits);
-		uint64_t end = sro - start > FLUSH_CHUNK ? start + FLUSH_CHUNK : sro;
+	uint64_t cursor = l->csum_cursor;
+	uint64_t target = em_align_up(cursor, EM_IO_ALIGN);
+	uint64_t start = l->flush_from;
+	while (start < target && l->writes_count < HLOG_MAX_FLUSH_WRITES) {
+		uint64_t end = target - start > FLUSH_CHUNK ? start + FLUSH_CHUNK : target;
+		uint64_t lap_end = start - (l->mem_mask ? (start & l->mem_mask) : (start % l->mem_size)) +
+				   l->mem_size;
+		if (end > lap_end)
+			end = lap_end; /* the ring is contiguous only up to the end of a lap */
 		uint32_t idx = (l->writes_head + l->writes_count) % HLOG_MAX_FLUSH_WRITES;
-		l->writes[idx] = (struct hlog_write){start, end, 0};
+		l->writes[idx] = (struct hlog_write){start, end, end < cursor ? end : cursor, 0};
 		void *src = l->base + (l->mem_mask ? (start & l->mem_mask) : (start % l->mem_size));
 		if (em_ring_write(&l->ring, l->file, src, (uint32_t)(end - start), start, idx) < 0)
 			break;
 		l->writes_count++;
-		l->flush_issued = end;
+		start = end;
+	}
+	if (start >= target) {
+		l->flush_issued = sro;
+		l->flush_from = em_align_down(cursor, EM_IO_ALIGN);
+	} else {
+		l->flush_from = start; /* ring full: continue from here next time */
 	}
 	if (em_ring_submit(&l->ring) < 0)
 		atomic_store_explicit(&l->error, EMBER_EIO, memory_order_relaxed); /* sticky */
@@ -152,7 +214,11 @@ static void worker_step(struct hlog *l)
 
 	worker_flush(l);
 
-	uint64_t h = want_head < hlog_load(&l->flushed) ? want_head : hlog_load(&l->flushed);
+	uint64_t h = want_head;
+	if (h > hlog_load(&l->flushed))
+		h = hlog_load(&l->flushed);
+	if (h > hlog_load(&l->safe_read_only))
+		h = hlog_load(&l->safe_read_only);
 	h = em_page_floor(h, l->page_bits);
 	if (h > hlog_load(&l->head))
 		bump(l, &l->head, h, set_safe_head);
@@ -237,25 +303,17 @@ int hlog_wait(struct hlog *l, uint64_t size, int epoch_slot)
 
 static int map_ring(struct hlog *l)
 {
-	l->memfd = memfd_create("ember-hlog", MFD_CLOEXEC);
-	if (l->memfd < 0)
-		return -errno;
-	if (ftruncate(l->memfd, (off_t)l->mem_size) != 0)
-		return -errno;
-	/* reserve twice the size, then map the same memory into both halves */
-	uint8_t *area = mmap(NULL, 2 * l->mem_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (area == MAP_FAILED)
-		return -errno;
-	for (int half = 0; half < 2; half++) {
-		void *p = mmap(area + half * l->mem_size, l->mem_size, PROT_READ | PROT_WRITE,
-			       MAP_SHARED | MAP_FIXED, l->memfd, 0);
-		if (p == MAP_FAILED) {
-			int err = -errno;
-			munmap(area, 2 * l->mem_size);
-			return err;
-		}
+	const size_t huge = 2u << 20;
+	l->map_bytes = l->mem_size + huge;
+	l->map = mmap(NULL, l->map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (l->map == MAP_FAILED) {
+		l->map = NULL;
+		return EMBER_ENOMEM;
 	}
-	l->base = area;
+	/* align to a huge page, and ask for huge pages: a random record access should
+	 * not also miss the TLB */
+	l->base = (uint8_t *)em_align_up((uintptr_t)l->map, huge);
+	madvise(l->base, l->mem_size, MADV_HUGEPAGE);
 	return 0;
 }
 
@@ -264,7 +322,6 @@ int hlog_init(struct hlog *l, const struct hlog_config *cfg, struct em_file *fil
 {
 	int rc;
 	memset(l, 0, sizeof(*l));
-	l->memfd = -1;
 	l->page_size = cfg->page_size;
 	l->page_bits = (unsigned)__builtin_ctzll(cfg->page_size);
 	l->mem_size = em_page_floor(cfg->mem_size, l->page_bits);
@@ -284,7 +341,7 @@ int hlog_init(struct hlog *l, const struct hlog_config *cfg, struct em_file *fil
 
 	rc = map_ring(l);
 	if (rc < 0)
-		goto undo_memfd;
+		return rc;
 	rc = em_ring_init(&l->ring, HLOG_MAX_FLUSH_WRITES);
 	if (rc < 0)
 		goto undo_map;
@@ -301,12 +358,8 @@ undo_ring:
 	pthread_mutex_destroy(&l->mu);
 	em_ring_exit(&l->ring);
 undo_map:
-	munmap(l->base, 2 * l->mem_size);
-	l->base = NULL;
-undo_memfd:
-	if (l->memfd >= 0)
-		close(l->memfd);
-	l->memfd = -1;
+	munmap(l->map, l->map_bytes);
+	l->map = l->base = NULL;
 	return rc == -ENOMEM ? EMBER_ENOMEM : rc;
 }
 
@@ -325,10 +378,7 @@ void hlog_destroy(struct hlog *l)
 		pthread_mutex_destroy(&l->mu);
 		em_ring_exit(&l->ring);
 	}
-	if (l->base)
-		munmap(l->base, 2 * l->mem_size);
-	if (l->memfd >= 0)
-		close(l->memfd);
-	l->base = NULL;
-	l->memfd = -1;
+	if (l->map)
+		munmap(l->map, l->map_bytes);
+	l->map = l->base = NULL;
 }

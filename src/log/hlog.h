@@ -5,9 +5,13 @@
  * Design notes
  * ------------
  * Addresses grow without bound; the newest mem_size bytes of the log may be held
- * in memory, in a ring buffer mapped twice back to back so that any record (even
- * one that wraps around the ring's end) is contiguous in virtual memory. Byte x of
- * the log lives at base + (x mod mem_size) while x >= head.
+ * in memory, in a ring buffer (anonymous memory, huge pages where the system
+ * allows). Byte x of the log lives at base + (x mod mem_size) while x >= head. The
+ * log is cut into laps of mem_size bytes: a record never crosses from one lap to
+ * the next, so it is contiguous in the ring. When a record does not fit in what is
+ * left of a lap, the allocator skips to the next lap and pads the rest with a
+ * filler record (or leaves it bare when less than a record header is left:
+ * hlog_skip_gap tells scanners where the next record starts).
  *
  * Regions, from old to new:
  *
@@ -23,11 +27,13 @@
  *  1. Every boundary only grows. read_only, head and the flush points are page
  *     aligned (or still at their initial value).
  *  2. [begin, tail) is dense: every byte belongs to a record that the allocating
- *     thread fully wrote (or marked invalid) before leaving its epoch.
+ *     thread fully wrote (or marked invalid, or a filler) before leaving its epoch,
+ *     except gaps of under REC_HDR_SIZE bytes at the end of a lap.
  *  3. safe_ro becomes R only once every thread that could have seen read_only < R
  *     has left its epoch (epoch action set_safe_ro), so nothing below safe_ro is
  *     written again: it may be checksummed and flushed.
- *  4. head <= flushed: a byte leaves memory only after it is on disk.
+ *  4. head <= flushed and head <= safe_ro: a record leaves memory only after all
+ *     of it is on disk (flushed is always a record boundary, see worker_flush).
  *  5. safe_head becomes H only once every thread that could have seen head < H has
  *     left its epoch (set_safe_head); only then may the ring bytes of addresses below
  *     H be reused, so allocation stops at page_floor(safe_head) + mem_size.
@@ -37,7 +43,8 @@
  *   read_only moves worker_step when the mutable region exceeds its share, or when
  *                   an allocator waits for room (alloc_need)
  *   safe_ro moves   set_safe_ro, the epoch action of that move
- *   flush issued    worker_flush: checksums records, writes whole pages
+ *   flush issued    worker_flush: checksums records, writes up to the end of the
+ *                   record that straddles safe_ro
  *   flushed moves   flush_done, in address order as writes complete
  *   head moves      worker_step, up to flushed, as far as room is needed
  *   safe_head moves set_safe_head, the epoch action of that move
@@ -70,6 +77,7 @@ struct hlog_bump {
 
 struct hlog_write {
 	uint64_t start, end;
+	uint64_t safe_end; /* flushed may advance to here when this write is done */
 	int done;
 };
 
@@ -82,7 +90,8 @@ struct hlog {
 	uint64_t mutable_bytes;
 	uint64_t headroom;
 	uint8_t *base;
-	int memfd;
+	size_t map_bytes;
+	uint8_t *map;
 	struct em_file *file;
 	struct epoch *ep;
 
@@ -99,8 +108,9 @@ struct hlog {
 	_Atomic uint64_t bytes_flushed;
 
 	/* worker state */
-	uint64_t flush_issued;
-	uint64_t csum_cursor;
+	uint64_t flush_issued; /* safe_ro value whose flush was issued */
+	uint64_t flush_from;   /* next flush writes from here (4 KiB aligned) */
+	uint64_t csum_cursor;  /* records below are checksummed */
 	struct hlog_write writes[HLOG_MAX_FLUSH_WRITES];
 	uint32_t writes_head, writes_count;
 	struct hlog_bump bumps[HLOG_BUMPS];
@@ -139,16 +149,29 @@ static inline uint64_t hlog_load(_Atomic uint64_t *boundary)
 
 void hlog_kick(struct hlog *l);
 
+/* Where the next record starts, given a scanner's position a (skips the bare gap
+ * at the end of a lap). */
+static inline uint64_t hlog_skip_gap(const struct hlog *l, uint64_t a)
+{
+	uint64_t left = l->mem_size - (l->mem_mask ? (a & l->mem_mask) : (a % l->mem_size));
+	return left < REC_HDR_SIZE ? a + left : a;
+}
+
+uint64_t hlog_alloc_slow(struct hlog *l, uint64_t size);
+
 /*
- * Claim size bytes at the tail. Returns the address, or 0 when there is no room in
- * memory yet: then call hlog_wait (which leaves and re-enters the epoch) and start
- * the operation over.
+ * Claim size bytes at the tail (size <= mem_size / 2). Returns the address, or 0
+ * when there is no room in memory yet: then call hlog_wait (which leaves and
+ * re-enters the epoch) and start the operation over.
  */
 static inline uint64_t hlog_alloc(struct hlog *l, uint64_t size)
 {
 	/* relaxed: the CAS below validates */
 	uint64_t t = atomic_load_explicit(&l->tail, memory_order_relaxed);
 	for (;;) {
+		uint64_t off = l->mem_mask ? (t & l->mem_mask) : (t % l->mem_size);
+		if (off + size > l->mem_size)
+			return hlog_alloc_slow(l, size); /* crosses the end of the lap */
 		uint64_t end = t + size;
 		uint64_t limit = em_page_floor(hlog_load(&l->safe_head), l->page_bits) + l->mem_size;
 		if (end > limit)

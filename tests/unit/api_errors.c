@@ -1,0 +1,790 @@
+/*
+ * api_errors.c - every public call, given bad input, returns the documented code
+ * and never crashes; the documented edge cases of good input work.
+ *
+ * Each test_* function below checks one part of the contract in include/ember.h and
+ * cleans up after itself. Where the header leaves a choice open (for example whether
+ * a bad element of a get_batch array fails the whole call or only its status[]),
+ * both documented readings are accepted and the comment says so.
+ */
+#include "ember.h"
+#include "test_util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define SMALL_LOG (8u << 20)
+#define SUPERBLOCK "ember.super"
+#define CB_REFUSED (-31000) /* a callback's own error code */
+
+/* A non-NULL pointer that must not be dereferenced nor returned. */
+#define POISON_DB ((ember_db *)(uintptr_t)0x5a5a5a5a)
+
+static void small_opts(ember_options *o)
+{
+	ember_options_default(o);
+	o->log_memory = SMALL_LOG;
+	o->page_size = 64u << 10;
+	o->index_buckets = 1u << 10;
+	o->flags = EMBER_OPEN_TRUNCATE;
+}
+
+/* Open a fresh small store in a new temp dir. */
+static ember_db *open_small(char *dir, size_t cap, const char *tag)
+{
+	CHECK(tu_tmpdir_make(tag, dir, cap) == 0, "mkdtemp");
+	ember_options o;
+	small_opts(&o);
+	ember_db *db = NULL;
+	CHECK_OK(ember_open(dir, &o, &db));
+	CHECK(db != NULL, "ember_open returned 0 but no handle");
+	return db;
+}
+
+static void close_and_remove(ember_db *db, ember_session *s, const char *dir)
+{
+	CHECK_OK(ember_session_close(s));
+	CHECK_OK(ember_close(db));
+	tu_tmpdir_remove(dir);
+}
+
+/* ---- version, strerror, defaults ---------------------------------------------------- */
+
+static void test_version_strerror(void)
+{
+	CHECK(ember_version() != NULL, "ember_version() NULL");
+	CHECK(strcmp(ember_version(), EMBER_VERSION_STRING) == 0, "ember_version() '%s' != '%s'",
+	      ember_version(), EMBER_VERSION_STRING);
+	CHECK(EMBER_VERSION_NUMBER == 100, "EMBER_VERSION_NUMBER %d", EMBER_VERSION_NUMBER);
+
+	const char *msgs[14];
+	for (int code = EMBER_ENOSPC; code <= EMBER_EINVAL; code++) {
+		const char *m = ember_strerror(code);
+		CHECK(m != NULL && m[0] != '\0', "ember_strerror(%d) empty", code);
+		msgs[EMBER_EINVAL - code] = m;
+	}
+	/* Each Ember code has its own explanation. */
+	for (int i = 0; i < 14; i++)
+		for (int j = i + 1; j < 14; j++)
+			CHECK(strcmp(msgs[i], msgs[j]) != 0, "codes %d and %d share '%s'",
+			      EMBER_EINVAL - i, EMBER_EINVAL - j, msgs[i]);
+	const int others[] = { 0,	   -ENOENT, -EIO,    -EACCES, -ENOSPC, -EINTR, 12345, 1,
+			       -29999,	   -30014,  -30999,  -4096,   -4095,   -1,	   INT_MIN,
+			       INT_MAX };
+	for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++) {
+		const char *m = ember_strerror(others[i]);
+		CHECK(m != NULL && m[0] != '\0', "ember_strerror(%d) empty", others[i]);
+	}
+	CHECK(strcmp(ember_strerror(-ENOENT), ember_strerror(-EACCES)) != 0,
+	      "-ENOENT and -EACCES explained alike: '%s'", ember_strerror(-ENOENT));
+}
+
+static void test_defaults(void)
+{
+	ember_options o;
+	memset(&o, 0xff, sizeof(o));
+	ember_options_default(&o);
+	CHECK(o.log_memory == 256ull << 20, "default log_memory %llu",
+	      (unsigned long long)o.log_memory);
+	CHECK(fabs(o.mutable_fraction - 0.9) < 1e-9, "default mutable_fraction %g",
+	      o.mutable_fraction);
+	CHECK(o.index_buckets == 1ull << 18, "default index_buckets %llu",
+	      (unsigned long long)o.index_buckets);
+	CHECK(o.page_size == 1u << 20, "default page_size %u", o.page_size);
+	CHECK(o.io_queue_depth == 128, "default io_queue_depth %u", o.io_queue_depth);
+	CHECK(o.flags == 0, "default flags %#x", o.flags);
+}
+
+/* ---- NULL arguments ------------------------------------------------------------------- */
+
+static void test_null_args(void)
+{
+	char dir[512];
+	ember_db *db = open_small(dir, sizeof(dir), "api-null");
+	ember_session *s = NULL;
+	uint8_t buf[64];
+	size_t vl = 0;
+	ember_options o;
+	small_opts(&o);
+
+	ember_db *d2 = POISON_DB;
+	char sub[600];
+	CHECK(tu_path_join(sub, sizeof(sub), dir, "nullout") == 0, "path");
+	CHECK_RC(ember_open(NULL, &o, &d2), EMBER_EINVAL);
+	CHECK(d2 == NULL, "failed ember_open left *db = %p", (void *)d2);
+	CHECK_RC(ember_open(sub, &o, NULL), EMBER_EINVAL);
+
+	CHECK_RC(ember_session_open(NULL, &s), EMBER_EINVAL);
+	CHECK_RC(ember_session_open(db, NULL), EMBER_EINVAL);
+	CHECK_OK(ember_session_open(db, &s));
+	CHECK(s != NULL, "session_open returned 0 but no handle");
+
+	CHECK_RC(ember_put(NULL, "k", 1, "v", 1), EMBER_EINVAL);
+	CHECK_RC(ember_put(s, NULL, 1, "v", 1), EMBER_EINVAL);
+	CHECK_RC(ember_put(s, "k", 1, NULL, 5), EMBER_EINVAL);
+
+	CHECK_OK(ember_put(s, "k", 1, "value", 5));
+	CHECK_RC(ember_get(NULL, "k", 1, buf, sizeof(buf), &vl), EMBER_EINVAL);
+	CHECK_RC(ember_get(s, NULL, 1, buf, sizeof(buf), &vl), EMBER_EINVAL);
+	CHECK_RC(ember_get(s, "k", 1, NULL, 10, &vl), EMBER_EINVAL);
+	CHECK_RC(ember_get(s, "k", 1, buf, sizeof(buf), NULL), EMBER_EINVAL);
+
+	CHECK_RC(ember_delete(NULL, "k", 1), EMBER_EINVAL);
+	CHECK_RC(ember_delete(s, NULL, 1), EMBER_EINVAL);
+
+	CHECK_RC(ember_rmw(NULL, "k", 1, NULL, NULL), EMBER_EINVAL);
+	CHECK_RC(ember_rmw(s, "k", 1, NULL, NULL), EMBER_EINVAL);
+	CHECK_RC(ember_rmw(s, NULL, 1, NULL, NULL), EMBER_EINVAL);
+
+	/* get_batch: NULL arrays fail the call and leave status[] untouched. */
+	const void *keys[2] = { "k", "absent" };
+	size_t klens[2] = { 1, 6 }, caps[2] = { sizeof(buf), sizeof(buf) }, vlens[2];
+	uint8_t b2[64];
+	void *bufs[2] = { buf, b2 };
+	int st[2] = { 777, 777 };
+	CHECK_RC(ember_get_batch(NULL, 2, keys, klens, bufs, caps, vlens, st), EMBER_EINVAL);
+	CHECK_RC(ember_get_batch(s, 2, NULL, klens, bufs, caps, vlens, st), EMBER_EINVAL);
+	CHECK_RC(ember_get_batch(s, 2, keys, NULL, bufs, caps, vlens, st), EMBER_EINVAL);
+	CHECK_RC(ember_get_batch(s, 2, keys, klens, NULL, caps, vlens, st), EMBER_EINVAL);
+	CHECK_RC(ember_get_batch(s, 2, keys, klens, bufs, NULL, vlens, st), EMBER_EINVAL);
+	CHECK_RC(ember_get_batch(s, 2, keys, klens, bufs, caps, NULL, st), EMBER_EINVAL);
+	CHECK_RC(ember_get_batch(s, 2, keys, klens, bufs, caps, vlens, NULL), EMBER_EINVAL);
+	CHECK(st[0] == 777 && st[1] == 777, "status[] touched by a failed get_batch");
+
+	/* A good batch works, and n == 0 works. */
+	CHECK_OK(ember_get_batch(s, 2, keys, klens, bufs, caps, vlens, st));
+	CHECK(st[0] == 0 && vlens[0] == 5 && memcmp(buf, "value", 5) == 0, "batch[0] %d", st[0]);
+	CHECK(st[1] == EMBER_ENOTFOUND, "batch[1] absent: %d", st[1]);
+	st[0] = 777;
+	CHECK_OK(ember_get_batch(s, 0, keys, klens, bufs, caps, vlens, st));
+	CHECK(st[0] == 777, "n == 0 batch wrote status[0]");
+	/* n == 0 with NULL arrays: nothing to look at; 0 or EINVAL are both fair. */
+	int rc = ember_get_batch(s, 0, NULL, NULL, NULL, NULL, NULL, NULL);
+	CHECK(rc == 0 || rc == EMBER_EINVAL, "n == 0, NULL arrays: rc %d (%s)", rc,
+	      ember_strerror(rc));
+	/* bufs[i] may be NULL when caps[i] == 0: that asks the size. */
+	void *nbufs[2] = { NULL, NULL };
+	size_t zcaps[2] = { 0, 0 };
+	CHECK_OK(ember_get_batch(s, 2, keys, klens, nbufs, zcaps, vlens, st));
+	CHECK(st[0] == EMBER_ERANGE && vlens[0] == 5, "size query: status %d vlen %zu", st[0],
+	      vlens[0]);
+	CHECK(st[1] == EMBER_ENOTFOUND, "size query of absent key: %d", st[1]);
+
+	/*
+	 * A bad element (NULL key, NULL buffer with cap > 0) either fails the whole call
+	 * with EINVAL (status untouched) or shows as EINVAL in its own status.
+	 */
+	const void *bkeys[2] = { "k", NULL };
+	st[0] = st[1] = 777;
+	rc = ember_get_batch(s, 2, bkeys, klens, bufs, caps, vlens, st);
+	CHECK((rc == EMBER_EINVAL && st[0] == 777 && st[1] == 777) ||
+		      (rc == 0 && st[1] == EMBER_EINVAL),
+	      "batch with a NULL key: rc %d (%s), status %d %d", rc, ember_strerror(rc), st[0],
+	      st[1]);
+	void *bbufs[2] = { buf, NULL };
+	st[0] = st[1] = 777;
+	klens[1] = 1;
+	keys[1] = "k";
+	rc = ember_get_batch(s, 2, keys, klens, bbufs, caps, vlens, st);
+	CHECK((rc == EMBER_EINVAL && st[0] == 777 && st[1] == 777) ||
+		      (rc == 0 && st[1] == EMBER_EINVAL),
+	      "batch with a NULL buffer, cap %zu: rc %d (%s), status %d %d", caps[1], rc,
+	      ember_strerror(rc), st[0], st[1]);
+
+	close_and_remove(db, s, dir);
+}
+
+/* ---- key and value lengths ---------------------------------------------------------------- */
+
+static int rmw_set_x(void *arg, const void *old, size_t old_len, void *out, size_t out_cap,
+		     size_t *out_len)
+{
+	(void)arg;
+	(void)old;
+	(void)old_len;
+	if (out_cap < 1) {
+		*out_len = 1;
+		return EMBER_ERANGE;
+	}
+	*(uint8_t *)out = 'x';
+	*out_len = 1;
+	return 0;
+}
+
+static void test_key_limits(void)
+{
+	char dir[512];
+	ember_db *db = open_small(dir, sizeof(dir), "api-keys");
+	ember_session *s = NULL;
+	CHECK_OK(ember_session_open(db, &s));
+	size_t big = EMBER_MAX_KEY_LEN + 1;
+	uint8_t *key = malloc(big);
+	CHECK(key != NULL, "oom");
+	memset(key, 'K', big);
+	uint8_t buf[16];
+	size_t vl = 0;
+
+	CHECK_RC(ember_put(s, key, 0, "v", 1), EMBER_EINVAL);
+	CHECK_RC(ember_get(s, key, 0, buf, sizeof(buf), &vl), EMBER_EINVAL);
+	CHECK_RC(ember_delete(s, key, 0), EMBER_EINVAL);
+	CHECK_RC(ember_rmw(s, key, 0, rmw_set_x, NULL), EMBER_EINVAL);
+
+	CHECK_RC(ember_put(s, key, big, "v", 1), EMBER_ETOOBIG);
+	CHECK_RC(ember_get(s, key, big, buf, sizeof(buf), &vl), EMBER_ETOOBIG);
+	CHECK_RC(ember_delete(s, key, big), EMBER_ETOOBIG);
+	CHECK_RC(ember_rmw(s, key, big, rmw_set_x, NULL), EMBER_ETOOBIG);
+	CHECK_RC(ember_put(s, key, SIZE_MAX, "v", 1), EMBER_ETOOBIG);
+
+	/* The largest key works, and differs from its own prefix. */
+	CHECK_OK(ember_put(s, key, EMBER_MAX_KEY_LEN, "max", 3));
+	CHECK_OK(ember_get(s, key, EMBER_MAX_KEY_LEN, buf, sizeof(buf), &vl));
+	CHECK(vl == 3 && memcmp(buf, "max", 3) == 0, "max key round trip");
+	CHECK_RC(ember_get(s, key, EMBER_MAX_KEY_LEN - 1, buf, sizeof(buf), &vl),
+		 EMBER_ENOTFOUND);
+	CHECK_OK(ember_rmw(s, key, EMBER_MAX_KEY_LEN, rmw_set_x, NULL));
+	CHECK_OK(ember_get(s, key, EMBER_MAX_KEY_LEN, buf, sizeof(buf), &vl));
+	CHECK(vl == 1 && buf[0] == 'x', "rmw on max key");
+	CHECK_OK(ember_delete(s, key, EMBER_MAX_KEY_LEN));
+	CHECK_RC(ember_get(s, key, EMBER_MAX_KEY_LEN, buf, sizeof(buf), &vl), EMBER_ENOTFOUND);
+
+	/* get_batch with a 0-length or too-long key: the call or that status says so. */
+	const void *keys[2] = { key, key };
+	size_t klens[2] = { 0, big }, caps[2] = { sizeof(buf), sizeof(buf) }, vlens[2];
+	void *bufs[2] = { buf, buf };
+	int st[2] = { 777, 777 };
+	int rc = ember_get_batch(s, 2, keys, klens, bufs, caps, vlens, st);
+	CHECK((rc == EMBER_EINVAL && st[0] == 777) ||
+		      (rc == 0 && st[0] == EMBER_EINVAL && st[1] == EMBER_ETOOBIG),
+	      "batch with klen 0 and klen max+1: rc %d (%s), status %d %d", rc, ember_strerror(rc),
+	      st[0], st[1]);
+	free(key);
+	close_and_remove(db, s, dir);
+}
+
+static void test_value_limits_small_log(void)
+{
+	char dir[512];
+	ember_db *db = open_small(dir, sizeof(dir), "api-vals");
+	ember_session *s = NULL;
+	CHECK_OK(ember_session_open(db, &s));
+	size_t n = 5u << 20;
+	uint8_t *v = malloc(n), *g = malloc(n);
+	CHECK(v && g, "oom");
+	tu_rng_fill(tu_rng_global(), v, n);
+	size_t vl = 0;
+
+	/* log_memory 8 MiB: values above 4 MiB minus header and key are refused. */
+	CHECK_RC(ember_put(s, "big", 3, v, n), EMBER_ETOOBIG);
+	CHECK_RC(ember_put(s, "big", 3, v, SMALL_LOG / 2), EMBER_ETOOBIG);
+	CHECK_RC(ember_get(s, "big", 3, g, n, &vl), EMBER_ENOTFOUND);
+
+	/* Just under the limit (a KiB for the header) works, also read back from disk. */
+	size_t ok = SMALL_LOG / 2 - 1024;
+	CHECK_OK(ember_put(s, "big", 3, v, ok));
+	CHECK_OK(ember_get(s, "big", 3, g, n, &vl));
+	CHECK(vl == ok && memcmp(g, v, ok) == 0, "near-limit value round trip (vl %zu)", vl);
+	for (int i = 0; i < 4; i++) /* push it out of memory */
+		CHECK_OK(ember_put(s, &i, sizeof(i), v + 1, ok - 8));
+	memset(g, 0, n);
+	CHECK_OK(ember_get(s, "big", 3, g, n, &vl));
+	CHECK(vl == ok && memcmp(g, v, ok) == 0, "near-limit value from disk (vl %zu)", vl);
+
+	free(v);
+	free(g);
+	close_and_remove(db, s, dir);
+}
+
+static void test_value_limits_default(void)
+{
+	char dir[512];
+	CHECK(tu_tmpdir_make("api-default", dir, sizeof(dir)) == 0, "mkdtemp");
+	ember_db *db = NULL;
+	CHECK_OK(ember_open(dir, NULL, &db)); /* defaults: 256 MiB log */
+	ember_session *s = NULL;
+	CHECK_OK(ember_session_open(db, &s));
+	size_t n16 = 16u << 20, nmax = EMBER_MAX_VALUE_LEN;
+	uint8_t *v = malloc(nmax + 1), *g = malloc(nmax);
+	CHECK(v && g, "oom");
+	tu_rng_fill(tu_rng_global(), v, nmax);
+	size_t vl = 0;
+
+	CHECK_OK(ember_put(s, "v16", 3, v, n16));
+	CHECK_OK(ember_get(s, "v16", 3, g, nmax, &vl));
+	CHECK(vl == n16 && memcmp(g, v, n16) == 0, "16 MiB round trip (vl %zu)", vl);
+
+	CHECK_RC(ember_put(s, "vmax", 4, v, nmax + 1), EMBER_ETOOBIG);
+	CHECK_RC(ember_put(s, "vmax", 4, v, SIZE_MAX), EMBER_ETOOBIG);
+	/* Exactly EMBER_MAX_VALUE_LEN fits in the default log (128 MiB per record). */
+	CHECK_OK(ember_put(s, "vmax", 4, v, nmax));
+	memset(g, 0, nmax);
+	CHECK_OK(ember_get(s, "vmax", 4, g, nmax, &vl));
+	CHECK(vl == nmax && memcmp(g, v, nmax) == 0, "64 MiB round trip (vl %zu)", vl);
+	free(v);
+	free(g);
+	close_and_remove(db, s, dir);
+}
+
+/* ---- get buffer sizes, empty values ------------------------------------------------------- */
+
+static void test_get_sizes(void)
+{
+	char dir[512];
+	ember_db *db = open_small(dir, sizeof(dir), "api-get");
+	ember_session *s = NULL;
+	CHECK_OK(ember_session_open(db, &s));
+	uint8_t buf[64];
+	size_t vl = 0;
+
+	CHECK_OK(ember_put(s, "k", 1, "0123456789", 10));
+	memset(buf, 0xee, sizeof(buf));
+	vl = 0;
+	CHECK_RC(ember_get(s, "k", 1, buf, 4, &vl), EMBER_ERANGE);
+	CHECK(vl == 10, "ERANGE needed size %zu", vl);
+	for (size_t i = 4; i < sizeof(buf); i++)
+		CHECK(buf[i] == 0xee, "ERANGE get wrote past cap at %zu", i);
+	vl = 0;
+	CHECK_RC(ember_get(s, "k", 1, NULL, 0, &vl), EMBER_ERANGE);
+	CHECK(vl == 10, "size query %zu", vl);
+	CHECK_RC(ember_get(s, "k", 1, buf, 9, &vl), EMBER_ERANGE);
+	CHECK_OK(ember_get(s, "k", 1, buf, 10, &vl));
+	CHECK(vl == 10 && memcmp(buf, "0123456789", 10) == 0, "exact-size get");
+	CHECK_RC(ember_get(s, "absent", 6, NULL, 0, &vl), EMBER_ENOTFOUND);
+
+	/* An empty value: val may be NULL; get returns 0 with vlen 0, even for cap 0. */
+	CHECK_OK(ember_put(s, "empty", 5, NULL, 0));
+	vl = 99;
+	CHECK_OK(ember_get(s, "empty", 5, buf, sizeof(buf), &vl));
+	CHECK(vl == 0, "empty value: vlen %zu", vl);
+	vl = 99;
+	CHECK_OK(ember_get(s, "empty", 5, NULL, 0, &vl));
+	CHECK(vl == 0, "empty value, cap 0: vlen %zu", vl);
+	CHECK_OK(ember_put(s, "empty2", 6, "ignored", 0));
+	CHECK_OK(ember_get(s, "empty2", 6, buf, sizeof(buf), &vl));
+	CHECK(vl == 0, "empty value (non-NULL val): vlen %zu", vl);
+	/* Replacing an empty value and emptying a full one. */
+	CHECK_OK(ember_put(s, "empty", 5, "abc", 3));
+	CHECK_OK(ember_get(s, "empty", 5, buf, sizeof(buf), &vl));
+	CHECK(vl == 3 && memcmp(buf, "abc", 3) == 0, "refill empty");
+	CHECK_OK(ember_put(s, "k", 1, NULL, 0));
+	CHECK_OK(ember_get(s, "k", 1, buf, sizeof(buf), &vl));
+	CHECK(vl == 0, "emptied value: vlen %zu", vl);
+	close_and_remove(db, s, dir);
+}
+
+/* ---- delete ---------------------------------------------------------------------------------- */
+
+static void test_delete(void)
+{
+	char dir[512];
+	ember_db *db = open_small(dir, sizeof(dir), "api-del");
+	ember_session *s = NULL;
+	CHECK_OK(ember_session_open(db, &s));
+	uint8_t buf[16];
+	size_t vl = 0;
+	CHECK_OK(ember_delete(s, "never", 5));
+	CHECK_RC(ember_get(s, "never", 5, buf, sizeof(buf), &vl), EMBER_ENOTFOUND);
+	CHECK_OK(ember_put(s, "k", 1, "v1", 2));
+	CHECK_OK(ember_delete(s, "k", 1));
+	CHECK_RC(ember_get(s, "k", 1, buf, sizeof(buf), &vl), EMBER_ENOTFOUND);
+	CHECK_RC(ember_get(s, "k", 1, NULL, 0, &vl), EMBER_ENOTFOUND);
+	CHECK_OK(ember_delete(s, "k", 1));
+	CHECK_OK(ember_put(s, "k", 1, "v2", 2));
+	CHECK_OK(ember_get(s, "k", 1, buf, sizeof(buf), &vl));
+	CHECK(vl == 2 && memcmp(buf, "v2", 2) == 0, "put after delete");
+	/* Keys that are prefixes of one another are distinct. */
+	CHECK_OK(ember_put(s, "kk", 2, "v3", 2));
+	CHECK_OK(ember_delete(s, "k", 1));
+	CHECK_OK(ember_get(s, "kk", 2, buf, sizeof(buf), &vl));
+	CHECK(vl == 2 && memcmp(buf, "v3", 2) == 0, "prefix key survived delete");
+	close_and_remove(db, s, dir);
+}
+
+/* ---- rmw -------------------------------------------------------------------------------------- */
+
+typedef struct cb_arg {
+	int ret;         /* what to return when not asking for room */
+	size_t grow_to;  /* the new value's length */
+	unsigned calls;
+	bool saw_absent; /* old == NULL && old_len == 0 */
+} cb_arg;
+
+static int rmw_cb(void *argp, const void *old, size_t old_len, void *out, size_t out_cap,
+		  size_t *out_len)
+{
+	cb_arg *a = argp;
+	a->calls++;
+	a->saw_absent = old == NULL && old_len == 0;
+	if (a->ret != 0)
+		return a->ret;
+	if (out_cap < a->grow_to) {
+		*out_len = a->grow_to;
+		return EMBER_ERANGE;
+	}
+	memset(out, 'g', a->grow_to);
+	*out_len = a->grow_to;
+	return 0;
+}
+
+static void test_rmw(void)
+{
+	char dir[512];
+	ember_db *db = open_small(dir, sizeof(dir), "api-rmw");
+	ember_session *s = NULL;
+	CHECK_OK(ember_session_open(db, &s));
+	uint8_t buf[8192];
+	size_t vl = 0;
+
+	/* A refusing callback: its code comes back and nothing changes. */
+	CHECK_OK(ember_put(s, "k", 1, "orig", 4));
+	const int refusals[] = { CB_REFUSED, -EPERM, EMBER_EINVAL, EMBER_EIO };
+	for (size_t i = 0; i < sizeof(refusals) / sizeof(refusals[0]); i++) {
+		cb_arg a = { .ret = refusals[i] };
+		CHECK_RC(ember_rmw(s, "k", 1, rmw_cb, &a), refusals[i]);
+		CHECK(a.calls >= 1 && !a.saw_absent, "refusing rmw: calls %u", a.calls);
+		CHECK_OK(ember_get(s, "k", 1, buf, sizeof(buf), &vl));
+		CHECK(vl == 4 && memcmp(buf, "orig", 4) == 0, "value changed by a refused rmw");
+	}
+	/* Refused on an absent key: it stays absent. */
+	cb_arg a = { .ret = CB_REFUSED };
+	CHECK_RC(ember_rmw(s, "new", 3, rmw_cb, &a), CB_REFUSED);
+	CHECK(a.saw_absent, "rmw of an absent key: old not NULL/0");
+	CHECK_RC(ember_get(s, "new", 3, buf, sizeof(buf), &vl), EMBER_ENOTFOUND);
+
+	/* Creating with rmw, then growing through the ERANGE re-call. */
+	a = (cb_arg){ .grow_to = 3 };
+	CHECK_OK(ember_rmw(s, "new", 3, rmw_cb, &a));
+	CHECK_OK(ember_get(s, "new", 3, buf, sizeof(buf), &vl));
+	CHECK(vl == 3 && memcmp(buf, "ggg", 3) == 0, "rmw-created value");
+	a = (cb_arg){ .grow_to = 5000 };
+	CHECK_OK(ember_rmw(s, "new", 3, rmw_cb, &a));
+	CHECK_OK(ember_get(s, "new", 3, buf, sizeof(buf), &vl));
+	CHECK(vl == 5000 && buf[0] == 'g' && buf[4999] == 'g', "grown value (vl %zu)", vl);
+	a = (cb_arg){ .grow_to = 0 };
+	CHECK_OK(ember_rmw(s, "new", 3, rmw_cb, &a));
+	CHECK_OK(ember_get(s, "new", 3, buf, sizeof(buf), &vl));
+	CHECK(vl == 0, "rmw to empty (vl %zu)", vl);
+	/* Growing past what the log accepts: ETOOBIG, value unchanged. */
+	a = (cb_arg){ .grow_to = 6u << 20 };
+	int rc = ember_rmw(s, "k", 1, rmw_cb, &a);
+	CHECK(rc == EMBER_ETOOBIG, "rmw to 6 MiB in an 8 MiB log: rc %d (%s)", rc,
+	      ember_strerror(rc));
+	CHECK_OK(ember_get(s, "k", 1, buf, sizeof(buf), &vl));
+	CHECK(vl == 4 && memcmp(buf, "orig", 4) == 0, "value changed by a too-big rmw");
+	close_and_remove(db, s, dir);
+}
+
+/* ---- sessions and close ----------------------------------------------------------------------- */
+
+static void test_closed_session(void)
+{
+	char dir[512];
+	ember_db *db = open_small(dir, sizeof(dir), "api-state");
+	ember_session *s = NULL, *s2 = NULL;
+	CHECK_OK(ember_session_open(db, &s));
+	CHECK_OK(ember_put(s, "k", 1, "v", 1));
+	CHECK_OK(ember_session_close(s));
+	uint8_t buf[16];
+	size_t vl;
+	CHECK_RC(ember_put(s, "k", 1, "v", 1), EMBER_ESTATE);
+	CHECK_RC(ember_get(s, "k", 1, buf, sizeof(buf), &vl), EMBER_ESTATE);
+	CHECK_RC(ember_delete(s, "k", 1), EMBER_ESTATE);
+	CHECK_RC(ember_rmw(s, "k", 1, rmw_set_x, NULL), EMBER_ESTATE);
+	const void *keys[1] = { "k" };
+	size_t klens[1] = { 1 }, caps[1] = { sizeof(buf) }, vlens[1];
+	void *bufs[1] = { buf };
+	int st[1] = { 777 };
+	CHECK_RC(ember_get_batch(s, 1, keys, klens, bufs, caps, vlens, st), EMBER_ESTATE);
+	CHECK(st[0] == 777, "status[] touched by an ESTATE batch");
+	/* "any later call with it returns EMBER_ESTATE": closing it again too. */
+	CHECK_RC(ember_session_close(s), EMBER_ESTATE);
+	CHECK_OK(ember_session_close(NULL));
+
+	/* Another session still sees the data. */
+	CHECK_OK(ember_session_open(db, &s2));
+	CHECK_OK(ember_get(s2, "k", 1, buf, sizeof(buf), &vl));
+	CHECK(vl == 1 && buf[0] == 'v', "data after session close");
+
+	/* ember_close refuses while a session is open, and closes nothing. */
+	CHECK_RC(ember_close(db), EMBER_EBUSY);
+	CHECK_OK(ember_put(s2, "k2", 2, "w", 1));
+	CHECK_OK(ember_get(s2, "k2", 2, buf, sizeof(buf), &vl));
+	CHECK_RC(ember_put(s, "k", 1, "v", 1), EMBER_ESTATE);
+	CHECK_OK(ember_session_close(s2));
+	CHECK_OK(ember_close(db));
+	CHECK_OK(ember_close(NULL));
+	tu_tmpdir_remove(dir);
+}
+
+static void test_session_limit(void)
+{
+	char dir[512];
+	ember_db *db = open_small(dir, sizeof(dir), "api-sess");
+	ember_session **ss = calloc(EMBER_MAX_SESSIONS + 1, sizeof(*ss));
+	CHECK(ss != NULL, "oom");
+	for (unsigned i = 0; i < EMBER_MAX_SESSIONS; i++)
+		CHECK_OK(ember_session_open(db, &ss[i]));
+	CHECK_RC(ember_session_open(db, &ss[EMBER_MAX_SESSIONS]), EMBER_ENOSPC);
+	/* Closing one frees a slot. */
+	CHECK_OK(ember_session_close(ss[7]));
+	CHECK_OK(ember_session_open(db, &ss[EMBER_MAX_SESSIONS]));
+	CHECK_OK(ember_put(ss[EMBER_MAX_SESSIONS], "k", 1, "v", 1));
+	for (unsigned i = 0; i <= EMBER_MAX_SESSIONS; i++)
+		if (i != 7)
+			CHECK_OK(ember_session_close(ss[i]));
+	CHECK_OK(ember_close(db));
+	free(ss);
+	tu_tmpdir_remove(dir);
+}
+
+/* ---- open: directories, superblock, locking ------------------------------------------------ */
+
+static void list_dir(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (d == NULL)
+		return;
+	struct dirent *e;
+	printf("  %s:", dir);
+	while ((e = readdir(d)) != NULL)
+		if (e->d_name[0] != '.')
+			printf(" %s", e->d_name);
+	printf("\n");
+	closedir(d);
+}
+
+static void write_file(const char *path, const void *data, size_t n)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	CHECK(fd >= 0, "open %s: %s", path, strerror(errno));
+	CHECK(write(fd, data, n) == (ssize_t)n, "write %s", path);
+	close(fd);
+}
+
+static void expect_open_fails(const char *dir, const ember_options *o, int want, const char *why)
+{
+	ember_db *db = POISON_DB;
+	int rc = ember_open(dir, o, &db);
+	if (want == 0)
+		CHECK(rc < 0, "%s: ember_open succeeded", why);
+	else
+		CHECK(rc == want, "%s: rc %d (%s), want %d (%s)", why, rc, ember_strerror(rc), want,
+		      ember_strerror(want));
+	CHECK(db == NULL, "%s: failed ember_open left *db = %p", why, (void *)db);
+	if (rc == 0 && db != NULL && db != POISON_DB)
+		ember_close(db);
+}
+
+static void test_open_dirs(void)
+{
+	char dir[512], path[600];
+	CHECK(tu_tmpdir_make("api-open", dir, sizeof(dir)) == 0, "mkdtemp");
+	ember_options o;
+	small_opts(&o);
+
+	/* A directory that cannot be created: under a regular file, or in /proc. */
+	CHECK(tu_path_join(path, sizeof(path), dir, "file") == 0, "path");
+	write_file(path, "x", 1);
+	CHECK(tu_path_join(path, sizeof(path), dir, "file/store") == 0, "path");
+	expect_open_fails(path, &o, 0, "dir under a regular file");
+	expect_open_fails("/proc/ember-no-such-dir/x", &o, 0, "dir in /proc");
+	CHECK(tu_path_join(path, sizeof(path), dir, "file") == 0, "path");
+	expect_open_fails(path, &o, 0, "dir is a regular file");
+	expect_open_fails("", &o, 0, "empty path");
+
+	/* ember_open creates a missing directory (one level). */
+	CHECK(tu_path_join(path, sizeof(path), dir, "made") == 0, "path");
+	ember_db *db = NULL;
+	CHECK_OK(ember_open(path, &o, &db));
+	CHECK_OK(ember_close(db));
+
+	/* An existing store: EEXIST without TRUNCATE, fine with it. NULL opts = defaults. */
+	ember_options keep = o;
+	keep.flags = 0;
+	expect_open_fails(path, &keep, EMBER_EEXIST, "existing store, no TRUNCATE");
+	expect_open_fails(path, NULL, EMBER_EEXIST, "existing store, NULL opts");
+	db = NULL;
+	CHECK_OK(ember_open(path, &o, &db));
+
+	/* A second open of an open store: EBUSY, with or without TRUNCATE. */
+	expect_open_fails(path, &o, EMBER_EBUSY, "second open (TRUNCATE) of an open store");
+	expect_open_fails(path, &keep, EMBER_EBUSY, "second open of an open store");
+	/* The same from another process. */
+	pid_t pid = fork();
+	CHECK(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		alarm(20); /* a hang here (a lock held across fork) fails the check */
+		ember_db *d2 = NULL;
+		int rc = ember_open(path, &o, &d2);
+		_exit(rc == EMBER_EBUSY ? 0 : 1);
+	}
+	int wst = 0;
+	CHECK(waitpid(pid, &wst, 0) == pid, "waitpid");
+	CHECK(WIFEXITED(wst) && WEXITSTATUS(wst) == 0,
+	      "ember_open from another process of an open store did not return EBUSY");
+	CHECK_OK(ember_close(db));
+
+	/* Closed: opening again works (the lock is released). */
+	db = NULL;
+	CHECK_OK(ember_open(path, &o, &db));
+	ember_session *s = NULL;
+	CHECK_OK(ember_session_open(db, &s));
+	CHECK_OK(ember_put(s, "k", 1, "v", 1));
+	CHECK_OK(ember_session_close(s));
+	CHECK_OK(ember_close(db));
+
+	tu_tmpdir_remove(dir);
+}
+
+static void test_open_superblock(void)
+{
+	char dir[512], sb[600];
+	CHECK(tu_tmpdir_make("api-super", dir, sizeof(dir)) == 0, "mkdtemp");
+	ember_options o;
+	small_opts(&o);
+	ember_options keep = o;
+	keep.flags = 0;
+	ember_db *db = NULL;
+	CHECK_OK(ember_open(dir, &o, &db));
+	CHECK_OK(ember_close(db));
+	list_dir(dir);
+	CHECK(tu_path_join(sb, sizeof(sb), dir, SUPERBLOCK) == 0, "path");
+	struct stat st;
+	CHECK(stat(sb, &st) == 0 && S_ISREG(st.st_mode), "no superblock file %s", sb);
+
+	/* Random garbage the size of a page, a short text, and zeros. */
+	uint8_t junk[4096];
+	tu_rng_fill(tu_rng_global(), junk, sizeof(junk));
+	write_file(sb, junk, sizeof(junk));
+	expect_open_fails(dir, &keep, EMBER_ENOTEMBER, "random superblock");
+	write_file(sb, "hello", 5);
+	expect_open_fails(dir, &keep, EMBER_ENOTEMBER, "short text superblock");
+	memset(junk, 0, sizeof(junk));
+	write_file(sb, junk, sizeof(junk));
+	expect_open_fails(dir, &keep, EMBER_ENOTEMBER, "zeroed superblock");
+	/* Not documented whether TRUNCATE overwrites a foreign file; it must not crash. */
+	db = NULL;
+	int rc = ember_open(dir, &o, &db);
+	CHECK(rc == 0 || rc == EMBER_ENOTEMBER, "TRUNCATE over a foreign superblock: rc %d (%s)",
+	      rc, ember_strerror(rc));
+	if (rc == 0)
+		CHECK_OK(ember_close(db));
+	tu_tmpdir_remove(dir);
+}
+
+/* ---- options -------------------------------------------------------------------------------- */
+
+static void test_bad_options(void)
+{
+	char dir[512];
+	CHECK(tu_tmpdir_make("api-opts", dir, sizeof(dir)) == 0, "mkdtemp");
+	ember_options o;
+#define BAD(field, value)                                                                   \
+	do {                                                                                \
+		small_opts(&o);                                                             \
+		o.field = (value);                                                          \
+		expect_open_fails(dir, &o, EMBER_EINVAL, #field " = " #value);             \
+	} while (0)
+	BAD(page_size, 100000);
+	BAD(page_size, (64u << 10) + 1);
+	BAD(page_size, 3u << 16);
+	BAD(page_size, 32u << 10);
+	BAD(page_size, 4096);
+	BAD(page_size, 128u << 20);
+	BAD(page_size, 1u << 31);
+	BAD(mutable_fraction, 1.5);
+	BAD(mutable_fraction, 1.0000001);
+	BAD(mutable_fraction, -0.5);
+	BAD(mutable_fraction, -1e-9);
+	BAD(mutable_fraction, NAN);
+	BAD(mutable_fraction, INFINITY);
+	BAD(mutable_fraction, -INFINITY);
+	BAD(io_queue_depth, 4097);
+	BAD(io_queue_depth, UINT32_MAX);
+	BAD(log_memory, 4u * (64u << 10)); /* fewer than 8 pages */
+	BAD(log_memory, 8u * (64u << 10) - 1);
+#undef BAD
+	/* An index too big to allocate: a negative code, never a crash. */
+	small_opts(&o);
+	o.index_buckets = 1ull << 60;
+	expect_open_fails(dir, &o, 0, "index_buckets 2^60");
+
+	/* Boundary values that are valid. */
+	struct {
+		const char *what;
+		ember_options o;
+	} good[8];
+	int ng = 0;
+	small_opts(&good[ng].o), good[ng].o.mutable_fraction = 1.0, good[ng++].what = "f = 1";
+	small_opts(&good[ng].o), good[ng].o.mutable_fraction = 0.01, good[ng++].what = "f = 0.01";
+	small_opts(&good[ng].o), good[ng].o.io_queue_depth = 4096, good[ng++].what = "depth 4096";
+	small_opts(&good[ng].o), good[ng].o.io_queue_depth = 1, good[ng++].what = "depth 1";
+	small_opts(&good[ng].o), good[ng].o.log_memory = 8u * (64u << 10),
+		good[ng++].what = "log = 8 pages";
+	small_opts(&good[ng].o), good[ng].o.log_memory = 8u * (64u << 10) + 1000,
+		good[ng++].what = "log = 8 pages + 1000";
+	small_opts(&good[ng].o), good[ng].o.index_buckets = 1000,
+		good[ng++].what = "1000 buckets (rounded up)";
+	small_opts(&good[ng].o), good[ng].o.page_size = 1u << 20, good[ng].o.log_memory = 8u << 20,
+		good[ng++].what = "1 MiB pages, 8 pages";
+	for (int i = 0; i < ng; i++) {
+		ember_db *db = NULL;
+		int rc = ember_open(dir, &good[i].o, &db);
+		CHECK(rc == 0, "valid options (%s): rc %d (%s)", good[i].what, rc, ember_strerror(rc));
+		ember_session *s = NULL;
+		rc = ember_session_open(db, &s);
+		/* A deep io_uring may be refused by the OS (-errno), never as EINVAL. */
+		CHECK(rc == 0 || (rc < 0 && rc > -4096), "session with %s: rc %d (%s)", good[i].what,
+		      rc, ember_strerror(rc));
+		if (rc == 0) {
+			uint8_t buf[8];
+			size_t vl;
+			CHECK_OK(ember_put(s, "k", 1, "v", 1));
+			CHECK_OK(ember_get(s, "k", 1, buf, sizeof(buf), &vl));
+			CHECK_OK(ember_session_close(s));
+		}
+		CHECK_OK(ember_close(db));
+	}
+	tu_tmpdir_remove(dir);
+}
+
+int main(int argc, char **argv)
+{
+	tu_init("api_errors", argc, argv);
+	static const struct {
+		const char *name;
+		void (*fn)(void);
+	} tests[] = {
+		{ "version_strerror", test_version_strerror },
+		{ "defaults", test_defaults },
+		{ "null_args", test_null_args },
+		{ "key_limits", test_key_limits },
+		{ "value_limits_small_log", test_value_limits_small_log },
+		{ "value_limits_default", test_value_limits_default },
+		{ "get_sizes", test_get_sizes },
+		{ "delete", test_delete },
+		{ "rmw", test_rmw },
+		{ "closed_session", test_closed_session },
+		{ "session_limit", test_session_limit },
+		{ "open_dirs", test_open_dirs },
+		{ "open_superblock", test_open_superblock },
+		{ "bad_options", test_bad_options },
+	};
+	const char *only = getenv("EMBER_TEST_ONLY");
+	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
+		if (only != NULL && strstr(tests[i].name, only) == NULL)
+			continue;
+		double t0 = tu_now();
+		tests[i].fn();
+		printf("  %-24s ok (%.2fs)\n", tests[i].name, tu_now() - t0);
+	}
+	printf("api_errors: OK\n");
+	return 0;
+}

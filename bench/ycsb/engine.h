@@ -1,0 +1,105 @@
+/*
+ * engine.h - the storage engines the YCSB driver can measure, behind one table of
+ * function pointers.
+ *
+ * Threads: open() and close() run on the driver's main thread with no worker alive.
+ * thread_init() is called by each worker thread for itself and returns that
+ * thread's context; every data call then gets the calling thread's own context, so
+ * an engine may keep per-thread state (an Ember session, an LMDB read txn) there
+ * without locks. thread_fini() is called by the same thread.
+ *
+ * Returns: 0 on success, YCSB_NOTFOUND (positive) from reads of an absent key, or a
+ * negative engine-specific code that the engine's strerror() explains.
+ */
+#ifndef YCSB_ENGINE_H
+#define YCSB_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define YCSB_NOTFOUND 1
+
+typedef struct ycsb_engine_params {
+	const char *dir;         /* IN: an empty directory the engine may fill */
+	uint64_t mem_budget;     /* IN: bytes of memory for the engine's data; 0 = its default */
+	uint64_t index_buckets;  /* IN: Ember's hash index size; 0 = default; others ignore */
+	uint64_t records;        /* IN: keys the load phase will insert */
+	size_t key_size;         /* IN: bytes per key */
+	size_t value_size;       /* IN: bytes per value */
+	unsigned max_threads;    /* IN: worker threads alive at once, at most */
+	unsigned max_batch;      /* IN: largest n read_batch() will be given */
+} ycsb_engine_params;
+
+typedef struct ycsb_engine {
+	const char *name;
+	/* Open a store in p->dir. On success *db is set and settings (capacity cap)
+	 * holds one line stating every setting that matters for a comparison. */
+	int (*open)(const ycsb_engine_params *p, void **db, char *settings, size_t cap);
+	int (*thread_init)(void *db, void **thread);
+	void (*thread_fini)(void *thread);
+	/* Copy key's value into buf (capacity cap, at least the value size). */
+	int (*read)(void *thread, const void *key, size_t klen, void *buf, size_t cap,
+		    size_t *vlen);
+	int (*update)(void *thread, const void *key, size_t klen, const void *val,
+		      size_t vlen);
+	int (*insert)(void *thread, const void *key, size_t klen, const void *val,
+		      size_t vlen);
+	/* Read-modify-write of key: new value = ycsb_value_modify(old value); an
+	 * absent key gets a fresh value of vlen bytes. Atomic or not as the engine's
+	 * settings line says. */
+	int (*rmw)(void *thread, const void *key, size_t klen, size_t vlen);
+	/* n reads at once, per-key result (0 / YCSB_NOTFOUND / < 0) in status[];
+	 * returns < 0 only when the batch as a whole failed. NULL: the driver issues
+	 * n read() calls instead. */
+	int (*read_batch)(void *thread, size_t n, const void *const keys[],
+			  const size_t klens[], void *const bufs[], const size_t caps[],
+			  size_t vlens[], int status[]);
+	int (*close)(void *db);
+	const char *(*strerror)(int rc);
+} ycsb_engine;
+
+/*
+ * The YCSB F modification, the same for every engine: the value with its first
+ * (up to) 8 bytes read as a little-endian counter and incremented; an absent old
+ * value (old == NULL) counts as all zeros. out may equal old (an in-place update):
+ * then only the counter bytes are written.
+ */
+static inline void ycsb_value_modify(const void *old, size_t old_len, void *out,
+				     size_t len)
+{
+	const unsigned char *in = old;
+	unsigned char *o = out;
+	size_t head = len < 8 ? len : 8;
+	uint64_t counter = 0;
+
+	for (size_t i = 0; i < head && i < old_len; i++)
+		counter |= (uint64_t)in[i] << (8 * i);
+	if (old != out && len > head) {
+		size_t keep = in == NULL || old_len <= head ? 0
+			      : (old_len < len ? old_len : len) - head;
+
+		if (keep > 0)
+			memcpy(o + head, in + head, keep);
+		memset(o + head + keep, 0, len - head - keep);
+	}
+	counter++;
+	for (size_t i = 0; i < head; i++)
+		o[i] = (unsigned char)(counter >> (8 * i));
+}
+
+/* The engines compiled into this binary, NULL-terminated, Ember first. */
+extern const ycsb_engine *const ycsb_engines[];
+
+/* The engine called name, or NULL if it was not compiled in. */
+const ycsb_engine *ycsb_engine_find(const char *name);
+
+extern const ycsb_engine ycsb_engine_ember;
+#ifdef HAVE_ROCKSDB
+extern const ycsb_engine ycsb_engine_rocksdb;
+#endif
+#ifdef HAVE_LMDB
+extern const ycsb_engine ycsb_engine_lmdb;
+#endif
+
+#endif /* YCSB_ENGINE_H */

@@ -1,0 +1,362 @@
+/*
+ * main.c - ember-ycsb: YCSB core workloads A, B, C, D and F against Ember, and
+ * against RocksDB and LMDB when they were found at build time.
+ *
+ * For each engine: open a store in a fresh directory, load the records once, then
+ * for each workload, each thread count and each repetition run one timed phase on
+ * the same store (D's inserts carry over: later runs see the grown key space).
+ * Each configuration's median run (by throughput) is printed as a table row and
+ * kept for the JSON file.
+ */
+#include <errno.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <ember.h>
+
+#include "options.h"
+#include "report.h"
+#include "run.h"
+#include "workload.h"
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	if (remove(path) != 0)
+		fprintf(stderr, "ember-ycsb: cannot remove %s: %s\n", path, strerror(errno));
+	return 0;
+}
+
+static void rm_tree(const char *path)
+{
+	nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* The directory an engine's store lives in: <base>/<engine>, made empty. A
+ * --dir given by the user keeps its stores at exit, so an existing <engine>
+ * subdirectory is only wiped if it carries our marker file. */
+static int engine_dir(const char *base, const char *engine, char *out, size_t cap)
+{
+	char marker[4096];
+	struct stat st;
+	FILE *m;
+	int n = snprintf(out, cap, "%s/%s", base, engine);
+
+	if (n < 0 || (size_t)n >= cap ||
+	    snprintf(marker, sizeof(marker), "%s.ember-ycsb", out) >= (int)sizeof(marker))
+		return -ENAMETOOLONG;
+	if (stat(out, &st) == 0) {
+		if (stat(marker, &st) != 0) {
+			fprintf(stderr,
+				"ember-ycsb: %s exists and was not made by ember-ycsb; "
+				"remove it or pick another --dir\n", out);
+			return -EEXIST;
+		}
+		rm_tree(out);
+	}
+	if (mkdir(out, 0755) != 0)
+		return -errno;
+	m = fopen(marker, "w"); /* beside the store: engines want their dir clean */
+	if (m != NULL)
+		fclose(m);
+	return 0;
+}
+
+static int cmp_mops(const void *a, const void *b)
+{
+	double x = (*(const ycsb_result *const *)a)->mops;
+	double y = (*(const ycsb_result *const *)b)->mops;
+
+	return x < y ? -1 : x > y;
+}
+
+/* What the engines' child processes report back: it lives in a MAP_SHARED
+ * mapping made before the forks, and only one child runs at a time. */
+typedef struct session_state {
+	const ycsb_config *cfg;
+	size_t nresults;
+	int gen_reported;
+	int any_batch;
+	int any_wraps;
+	int rss_per_run;
+	ycsb_result results[];
+} session_state;
+
+/* R runs of one configuration; the median run (by throughput) lands in *out. */
+static int run_config(session_state *st, ycsb_run_spec *spec, ycsb_result *out)
+{
+	const ycsb_config *cfg = st->cfg;
+	ycsb_result *runs = calloc(cfg->repeat, sizeof(*runs));
+	ycsb_result **order = calloc(cfg->repeat, sizeof(*order));
+	uint64_t start_keys = ycsb_keyseq_count(spec->inserts);
+	int rc = 0;
+
+	if (runs == NULL || order == NULL) {
+		free(runs);
+		free(order);
+		return -ENOMEM;
+	}
+	for (unsigned r = 0; r < cfg->repeat && rc == 0; r++) {
+		spec->seed = cfg->seed * 1000003u + st->nresults * 101u + r;
+		spec->key_count = ycsb_keyseq_count(spec->inserts);
+		rc = ycsb_run(spec, &runs[r]);
+		order[r] = &runs[r];
+		if (!st->gen_reported && runs[r].gen_mops > 0) {
+			printf("generator: %.1f M ops/s per thread (%s %s; arrays of %" PRIu64
+			       " ops per thread, pre-generated before the clock starts)\n",
+			       runs[r].gen_mops, ycsb_dist_name(spec->dist),
+			       spec->dist == YCSB_DIST_UNIFORM ? "" : "with precomputed zeta",
+			       runs[r].pregen_per_thread);
+			st->gen_reported = 1;
+		}
+		if (rc < 0) {
+			fprintf(stderr,
+				"ember-ycsb: %s workload %c, %u threads, seed %" PRIu64 ": "
+				"%s of key %" PRIu64 " (thread %u, after %" PRIu64
+				" of its operations) failed: %s (%d)\n",
+				spec->engine->name, spec->wl->name, spec->threads, spec->seed,
+				ycsb_lat_class_name(runs[r].fail_kind), runs[r].fail_key,
+				runs[r].fail_thread, runs[r].fail_index,
+				spec->engine->strerror(rc), rc);
+			*out = runs[r];
+			break;
+		}
+	}
+	if (rc == 0) {
+		qsort(order, cfg->repeat, sizeof(*order), cmp_mops);
+		*out = *order[cfg->repeat / 2];
+		out->repeats = cfg->repeat;
+		for (unsigned r = 0; r < cfg->repeat; r++)
+			out->mops_runs[r] = runs[r].mops;
+	}
+	out->key_count = start_keys;
+	free(runs);
+	free(order);
+	return rc;
+}
+
+static void print_config(const ycsb_config *cfg, const char *base, int temp)
+{
+	char b1[32], b2[32];
+
+	printf("ember-ycsb %s: engines compiled in:", EMBER_VERSION_STRING);
+	for (size_t i = 0; ycsb_engines[i] != NULL; i++)
+		printf(" %s", ycsb_engines[i]->name);
+	printf("\nrecords %" PRIu64 ", key %zu B, value %zu B; ", cfg->records, cfg->key_size,
+	       cfg->value_size);
+	if (cfg->ops != 0)
+		printf("%" PRIu64 " ops per run%s", cfg->ops, cfg->seconds > 0 ? " or " : "");
+	if (cfg->seconds > 0)
+		printf("%.1f s per run", cfg->seconds);
+	printf("; workloads ");
+	for (unsigned i = 0; i < cfg->nworkloads; i++)
+		printf("%s%c", i ? "," : "", cfg->workloads[i]);
+	printf("; threads ");
+	for (unsigned i = 0; i < cfg->nthreads; i++)
+		printf("%s%u", i ? "," : "", cfg->threads[i]);
+	printf("; batch %u; repeat %u; seed %" PRIu64 "\n", cfg->batch, cfg->repeat, cfg->seed);
+	printf("memory budget %s%s; index buckets %" PRIu64 "; store dir %s%s\n",
+	       cfg->log_memory ? ycsb_fmt_bytes(cfg->log_memory, b1, sizeof(b1))
+			       : "engine default",
+	       cfg->quick && cfg->log_memory ? " (--quick: sized to hold the data)" : "",
+	       cfg->index_buckets, base, temp ? " (temporary, removed at exit)" : "");
+	{
+		uint64_t data = cfg->records * (cfg->key_size + cfg->value_size);
+		uint64_t budget = cfg->log_memory != 0 ? cfg->log_memory : 256ull << 20;
+
+		if (data > budget)
+			printf("note: raw data (%s) exceeds the memory budget: expect disk reads\n",
+			       ycsb_fmt_bytes(data, b2, sizeof(b2)));
+	}
+}
+
+/* Load, then every workload x thread count, for one engine. */
+static int bench_engine(session_state *st, const ycsb_engine *e, const char *base)
+{
+	const ycsb_config *cfg = st->cfg;
+	ycsb_engine_params p = { 0 };
+	char dir[3072], settings[YCSB_SETTINGS_CAP] = "";
+	unsigned max_threads = cfg->load_threads;
+	ycsb_keyseq inserts;
+	void *db = NULL;
+	double load_s = 0;
+	int rc;
+
+	for (unsigned i = 0; i < cfg->nthreads; i++)
+		if (cfg->threads[i] > max_threads)
+			max_threads = cfg->threads[i];
+	rc = engine_dir(base, e->name, dir, sizeof(dir));
+	if (rc < 0) {
+		fprintf(stderr, "ember-ycsb: %s: cannot prepare %s/%s: %s\n", e->name, base,
+			e->name, strerror(-rc));
+		return rc;
+	}
+	p.dir = dir;
+	p.mem_budget = cfg->log_memory;
+	p.index_buckets = cfg->index_buckets;
+	p.records = cfg->records;
+	p.key_size = cfg->key_size;
+	p.value_size = cfg->value_size;
+	p.max_threads = max_threads;
+	p.max_batch = cfg->batch;
+	rc = e->open(&p, &db, settings, sizeof(settings));
+	if (rc < 0) {
+		fprintf(stderr, "ember-ycsb: %s: open %s: %s (%d)\n", e->name, dir,
+			e->strerror(rc), rc);
+		return rc;
+	}
+	printf("\n[%s] %s\n", e->name, settings);
+	rc = ycsb_load(e, db, cfg->records, cfg->key_size, cfg->value_size,
+		       cfg->load_threads, cfg->seed, &load_s);
+	if (rc < 0) {
+		fprintf(stderr, "ember-ycsb: %s: load: %s (%d)\n", e->name, e->strerror(rc), rc);
+		goto undo_open;
+	}
+	printf("[%s] load: %" PRIu64 " records in %.2f s (%.3f Mops/s, %u threads)\n", e->name,
+	       cfg->records, load_s, (double)cfg->records / load_s / 1e6, cfg->load_threads);
+	rc = ycsb_keyseq_init(&inserts, cfg->records);
+	if (rc < 0)
+		goto undo_open;
+	for (unsigned w = 0; w < cfg->nworkloads && rc == 0; w++) {
+		const ycsb_workload *wl = ycsb_workload_find(cfg->workloads[w]);
+
+		for (unsigned t = 0; t < cfg->nthreads && rc == 0; t++) {
+			ycsb_run_spec spec = {
+				.engine = e, .db = db, .wl = wl,
+				.dist = cfg->dist_set ? cfg->dist : wl->default_dist,
+				.theta = cfg->theta, .threads = cfg->threads[t],
+				.batch = cfg->batch, .ops = cfg->ops, .seconds = cfg->seconds,
+				.pregen_ops = cfg->pregen, .key_size = cfg->key_size,
+				.value_size = cfg->value_size, .inserts = &inserts,
+			};
+			ycsb_result *res = &st->results[st->nresults];
+
+			rc = run_config(st, &spec, res);
+			snprintf(res->settings, sizeof(res->settings), "%s", settings);
+			res->load_seconds = load_s;
+			res->records = cfg->records;
+			st->nresults++;
+			st->any_batch |= cfg->batch > 1;
+			st->any_wraps |= res->wraps > 0;
+			st->rss_per_run = res->rss_per_run;
+			if (w == 0 && t == 0)
+				ycsb_report_header(stdout); /* after the generator's line */
+			ycsb_report_row(stdout, res);
+		}
+	}
+	ycsb_keyseq_destroy(&inserts);
+undo_open:
+	{
+		int crc = e->close(db);
+
+		if (crc < 0) {
+			fprintf(stderr, "ember-ycsb: %s: close: %s (%d)\n", e->name,
+				e->strerror(crc), crc);
+			if (rc == 0)
+				rc = crc;
+		}
+	}
+	return rc;
+}
+
+/*
+ * Run bench_engine() in a child process: each engine gets a fresh address space,
+ * so its peak RSS and /proc/self/io counts are its own, and a crash in one engine
+ * is reported without losing the others' results. 0, or -1 if the child failed.
+ */
+static int bench_engine_isolated(session_state *st, const ycsb_engine *e, const char *base)
+{
+	pid_t pid;
+	int wstatus;
+
+	fflush(stdout); /* or the child would print our buffered output again */
+	fflush(stderr);
+	pid = fork();
+	if (pid < 0) {
+		fprintf(stderr, "ember-ycsb: fork: %s; running %s in-process\n",
+			strerror(errno), e->name);
+		return bench_engine(st, e, base) < 0 ? -1 : 0;
+	}
+	if (pid == 0) {
+		int rc = bench_engine(st, e, base);
+
+		fflush(stdout);
+		fflush(stderr);
+		_exit(rc < 0 ? 1 : 0);
+	}
+	while (waitpid(pid, &wstatus, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	if (WIFSIGNALED(wstatus)) {
+		fprintf(stderr, "ember-ycsb: %s: the benchmark process died of signal %d (%s)\n",
+			e->name, WTERMSIG(wstatus), strsignal(WTERMSIG(wstatus)));
+		return -1;
+	}
+	return WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0 ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+	ycsb_config cfg;
+	session_state *st;
+	size_t st_size;
+	char tmpl[] = "/tmp/ember-ycsb-XXXXXX";
+	const char *base;
+	int exit_now, status = 0;
+	int rc = ycsb_config_parse(argc, argv, &cfg, &exit_now);
+
+	if (exit_now)
+		return rc;
+	if (cfg.dir != NULL) {
+		base = cfg.dir;
+		if (mkdir(base, 0755) != 0 && errno != EEXIST) {
+			fprintf(stderr, "ember-ycsb: mkdir %s: %s\n", base, strerror(errno));
+			return 1;
+		}
+	} else {
+		base = mkdtemp(tmpl);
+		if (base == NULL) {
+			fprintf(stderr, "ember-ycsb: mkdtemp: %s\n", strerror(errno));
+			return 1;
+		}
+	}
+	print_config(&cfg, base, cfg.dir == NULL);
+	st_size = sizeof(*st) +
+		  sizeof(ycsb_result) * cfg.nengines * cfg.nworkloads * cfg.nthreads;
+	st = mmap(NULL, st_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (st == MAP_FAILED) {
+		fprintf(stderr, "ember-ycsb: mmap: %s\n", strerror(errno));
+		status = 1;
+		goto undo_dir;
+	}
+	st->cfg = &cfg; /* the children are forks: the same address holds cfg there */
+	for (unsigned i = 0; i < cfg.nengines; i++)
+		if (bench_engine_isolated(st, cfg.engines[i], base) < 0)
+			status = 1;
+	printf("\n");
+	ycsb_report_notes(stdout, st->any_batch, st->rss_per_run, st->any_wraps);
+	if (cfg.json != NULL) {
+		rc = ycsb_report_json(cfg.json, &cfg, st->results, st->nresults);
+		if (rc < 0) {
+			fprintf(stderr, "ember-ycsb: writing %s: %s\n", cfg.json, strerror(-rc));
+			status = 1;
+		} else {
+			printf("JSON: %s\n", cfg.json);
+		}
+	}
+	munmap(st, st_size);
+undo_dir:
+	if (cfg.dir == NULL)
+		rm_tree(base);
+	return status;
+}

@@ -1,0 +1,464 @@
+/*
+ * options.c - ember-ycsb's command line: parsing, --quick, and defaults.
+ */
+#include "options.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "run.h"
+#include "workload.h"
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+"usage: ember-ycsb [options]\n"
+"YCSB core workloads against Ember (and RocksDB / LMDB when compiled in).\n"
+"\n"
+"  --quick               1M records, 8-byte keys and values, workloads A then C,\n"
+"                        zipfian 0.99, threads 1 and 2, 3 s each, log memory\n"
+"                        sized to hold the data (~30 s). Other options override.\n"
+"  --workload LIST       A, B, C, D, F or a list \"A,B,C\" (E: scans, unsupported)\n"
+"  --records N           keys loaded before the runs (default 1000000)\n"
+"  --ops N               operations per run, all threads together\n"
+"  --seconds S           time limit per run (with --ops: whichever ends first;\n"
+"                        neither given: --ops 1000000)\n"
+"  --threads LIST        worker threads, e.g. 1 or \"1,2,4\" (default 1)\n"
+"  --value-size B        bytes per value (default 100)\n"
+"  --key-size B          bytes per key, >= 8: the key number as 8 little-endian\n"
+"                        bytes, zero-padded (default 8)\n"
+"  --dist D              zipfian | uniform | latest (default: the workload's own:\n"
+"                        zipfian, latest for D)\n"
+"  --theta X             Zipfian constant, 0 < X < 1 (default 0.99)\n"
+"  --batch K             issue reads through read batches of up to K consecutive\n"
+"                        reads (ember_get_batch) (default 1: no batching)\n"
+"  --engine LIST         ember | rocksdb | lmdb | all, or a list (default ember)\n"
+"  --dir PATH            parent directory for the stores (default: a fresh\n"
+"                        mkdtemp directory under /tmp, removed at the end)\n"
+"  --log-memory BYTES    Ember's hot-log memory, RocksDB's block cache; suffixes\n"
+"                        K, M, G (default: Ember's default, 256 MiB)\n"
+"  --index-buckets N     Ember's hash buckets (default: next power of two of\n"
+"                        records / 4)\n"
+"  --repeat R            run each configuration R times, report the median\n"
+"  --json FILE           also write every run as JSON\n"
+"  --pregen N            operations pre-generated per thread when only --seconds\n"
+"                        bounds a run (cycled if the run outlasts them; default\n"
+"                        4194304)\n"
+"  --load-threads N      threads for the load phase (default: the largest\n"
+"                        --threads value)\n"
+"  --seed N              random seed (default 1; printed)\n"
+"  --help\n"
+"\n"
+"Counts (--records, --ops, --pregen, --index-buckets) take K/M/G as powers of 1000;\n"
+"sizes (--value-size, --key-size, --log-memory) as powers of 1024.\n");
+}
+
+enum { NO_SUFFIX, BINARY_SUFFIX, DECIMAL_SUFFIX };
+
+/* An unsigned integer; with a suffix mode, K/M/G/T multiply by 1024^n (sizes, an
+ * optional trailing "B"/"iB" allowed) or 1000^n (counts). */
+static int parse_u64(const char *s, uint64_t *out, int suffix)
+{
+	char *end;
+	double mult = 1, k = suffix == DECIMAL_SUFFIX ? 1000.0 : 1024.0;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, 0);
+	if (end == s || errno != 0 || s[0] == '-')
+		return -1;
+	if (suffix != NO_SUFFIX && *end != '\0') {
+		switch (toupper((unsigned char)*end)) {
+		case 'K': mult = k; break;
+		case 'M': mult = k * k; break;
+		case 'G': mult = k * k * k; break;
+		case 'T': mult = k * k * k * k; break;
+		default: return -1;
+		}
+		end++;
+		if (suffix == BINARY_SUFFIX &&
+		    (strcasecmp(end, "iB") == 0 || strcasecmp(end, "B") == 0))
+			end += strlen(end);
+	}
+	if (*end != '\0')
+		return -1;
+	*out = (uint64_t)((double)v * mult);
+	return 0;
+}
+
+static int parse_double(const char *s, double *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtod(s, &end);
+	return end == s || *end != '\0' || errno != 0 ? -1 : 0;
+}
+
+static int parse_workloads(const char *s, ycsb_config *cfg, int *want_e)
+{
+	cfg->nworkloads = 0;
+	for (; *s != '\0'; s++) {
+		const ycsb_workload *wl;
+
+		if (*s == ',' || *s == ' ')
+			continue;
+		wl = ycsb_workload_find(*s);
+		if (wl == NULL || (s[1] != '\0' && s[1] != ',') ||
+		    cfg->nworkloads == YCSB_MAX_LIST)
+			return -1;
+		if (wl->name == 'E')
+			*want_e = 1;
+		cfg->workloads[cfg->nworkloads++] = wl->name;
+	}
+	return cfg->nworkloads > 0 ? 0 : -1;
+}
+
+static int parse_threads(const char *s, ycsb_config *cfg)
+{
+	char *copy = strdup(s), *save = NULL;
+	int rc = 0;
+
+	cfg->nthreads = 0;
+	if (copy == NULL)
+		return -1;
+	for (char *tok = strtok_r(copy, ",", &save); tok != NULL;
+	     tok = strtok_r(NULL, ",", &save)) {
+		uint64_t t;
+
+		if (parse_u64(tok, &t, NO_SUFFIX) < 0 || t == 0 || t > 256 ||
+		    cfg->nthreads == YCSB_MAX_LIST) {
+			rc = -1;
+			break;
+		}
+		cfg->threads[cfg->nthreads++] = (unsigned)t;
+	}
+	free(copy);
+	return rc == 0 && cfg->nthreads > 0 ? 0 : -1;
+}
+
+static int parse_engines(const char *s, ycsb_config *cfg)
+{
+	char *copy = strdup(s), *save = NULL;
+	int rc = 0;
+
+	cfg->nengines = 0;
+	if (copy == NULL)
+		return -1;
+	for (char *tok = strtok_r(copy, ",", &save); tok != NULL && rc == 0;
+	     tok = strtok_r(NULL, ",", &save)) {
+		if (strcmp(tok, "all") == 0) {
+			cfg->nengines = 0;
+			for (size_t i = 0; ycsb_engines[i] != NULL; i++)
+				cfg->engines[cfg->nengines++] = ycsb_engines[i];
+			continue;
+		}
+		const ycsb_engine *e = ycsb_engine_find(tok);
+
+		if (e == NULL) {
+			fprintf(stderr, "ember-ycsb: engine '%s' is not compiled in (have:", tok);
+			for (size_t i = 0; ycsb_engines[i] != NULL; i++)
+				fprintf(stderr, " %s", ycsb_engines[i]->name);
+			fprintf(stderr, ")\n");
+			rc = -1;
+		} else if (cfg->nengines < YCSB_MAX_LIST) {
+			cfg->engines[cfg->nengines++] = e;
+		}
+	}
+	free(copy);
+	return rc == 0 && cfg->nengines > 0 ? 0 : -1;
+}
+
+static uint64_t next_pow2(uint64_t n)
+{
+	uint64_t p = 1;
+
+	while (p < n)
+		p <<= 1;
+	return p;
+}
+
+/* Bytes one record takes in a log, roughly: a 32-byte header allowance, key and
+ * value, 8-byte aligned. Only used to size --quick's log memory generously. */
+static uint64_t record_estimate(const ycsb_config *cfg)
+{
+	return (32 + cfg->key_size + cfg->value_size + 7) & ~(uint64_t)7;
+}
+
+enum {
+	OPT_WORKLOAD = 256, OPT_RECORDS, OPT_OPS, OPT_SECONDS, OPT_THREADS, OPT_VALUE_SIZE,
+	OPT_KEY_SIZE, OPT_DIST, OPT_THETA, OPT_BATCH, OPT_DIR, OPT_LOG_MEMORY,
+	OPT_INDEX_BUCKETS, OPT_REPEAT, OPT_JSON, OPT_ENGINE, OPT_QUICK, OPT_PREGEN,
+	OPT_LOAD_THREADS, OPT_SEED, OPT_HELP,
+};
+
+static const struct option long_opts[] = {
+	{ "workload", required_argument, NULL, OPT_WORKLOAD },
+	{ "records", required_argument, NULL, OPT_RECORDS },
+	{ "ops", required_argument, NULL, OPT_OPS },
+	{ "seconds", required_argument, NULL, OPT_SECONDS },
+	{ "threads", required_argument, NULL, OPT_THREADS },
+	{ "value-size", required_argument, NULL, OPT_VALUE_SIZE },
+	{ "key-size", required_argument, NULL, OPT_KEY_SIZE },
+	{ "dist", required_argument, NULL, OPT_DIST },
+	{ "theta", required_argument, NULL, OPT_THETA },
+	{ "batch", required_argument, NULL, OPT_BATCH },
+	{ "dir", required_argument, NULL, OPT_DIR },
+	{ "log-memory", required_argument, NULL, OPT_LOG_MEMORY },
+	{ "index-buckets", required_argument, NULL, OPT_INDEX_BUCKETS },
+	{ "repeat", required_argument, NULL, OPT_REPEAT },
+	{ "json", required_argument, NULL, OPT_JSON },
+	{ "engine", required_argument, NULL, OPT_ENGINE },
+	{ "quick", no_argument, NULL, OPT_QUICK },
+	{ "pregen", required_argument, NULL, OPT_PREGEN },
+	{ "load-threads", required_argument, NULL, OPT_LOAD_THREADS },
+	{ "seed", required_argument, NULL, OPT_SEED },
+	{ "help", no_argument, NULL, OPT_HELP },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* Which options were given, so --quick fills only the others. */
+typedef struct given {
+	int workload, records, ops, seconds, threads, value_size, key_size, theta,
+		log_memory, engine;
+} given;
+
+static int bad(const char *opt, const char *arg)
+{
+	fprintf(stderr, "ember-ycsb: bad value for --%s: '%s' (see --help)\n", opt, arg);
+	return 2;
+}
+
+static int parse_one(int c, const char *arg, ycsb_config *cfg, given *g, int *want_e)
+{
+	uint64_t v;
+	double d;
+
+	switch (c) {
+	case OPT_WORKLOAD:
+		g->workload = 1;
+		return parse_workloads(arg, cfg, want_e) < 0 ? bad("workload", arg) : 0;
+	case OPT_RECORDS:
+		g->records = 1;
+		if (parse_u64(arg, &v, DECIMAL_SUFFIX) < 0 || v == 0 || v > YCSB_OP_KEY_MASK / 2)
+			return bad("records", arg);
+		cfg->records = v;
+		return 0;
+	case OPT_OPS:
+		g->ops = 1;
+		if (parse_u64(arg, &v, DECIMAL_SUFFIX) < 0)
+			return bad("ops", arg);
+		cfg->ops = v;
+		return 0;
+	case OPT_SECONDS:
+		g->seconds = 1;
+		if (parse_double(arg, &d) < 0 || d < 0)
+			return bad("seconds", arg);
+		cfg->seconds = d;
+		return 0;
+	case OPT_THREADS:
+		g->threads = 1;
+		return parse_threads(arg, cfg) < 0 ? bad("threads", arg) : 0;
+	case OPT_VALUE_SIZE:
+		g->value_size = 1;
+		if (parse_u64(arg, &v, BINARY_SUFFIX) < 0 || v > (64u << 20))
+			return bad("value-size", arg);
+		cfg->value_size = (size_t)v;
+		return 0;
+	case OPT_KEY_SIZE:
+		g->key_size = 1;
+		if (parse_u64(arg, &v, BINARY_SUFFIX) < 0 || v < 8 || v > (64u << 10))
+			return bad("key-size", arg);
+		cfg->key_size = (size_t)v;
+		return 0;
+	case OPT_DIST:
+		cfg->dist_set = 1;
+		return ycsb_dist_parse(arg, &cfg->dist) < 0 ? bad("dist", arg) : 0;
+	case OPT_THETA:
+		g->theta = 1;
+		if (parse_double(arg, &d) < 0 || !(d > 0 && d < 1))
+			return bad("theta", arg);
+		cfg->theta = d;
+		return 0;
+	case OPT_BATCH:
+		if (parse_u64(arg, &v, NO_SUFFIX) < 0 || v == 0 || v > 4096)
+			return bad("batch", arg);
+		cfg->batch = (unsigned)v;
+		return 0;
+	case OPT_DIR:
+		cfg->dir = arg;
+		return 0;
+	case OPT_LOG_MEMORY:
+		g->log_memory = 1;
+		if (parse_u64(arg, &v, BINARY_SUFFIX) < 0)
+			return bad("log-memory", arg);
+		cfg->log_memory = v;
+		return 0;
+	case OPT_INDEX_BUCKETS:
+		if (parse_u64(arg, &v, DECIMAL_SUFFIX) < 0)
+			return bad("index-buckets", arg);
+		cfg->index_buckets = v;
+		return 0;
+	case OPT_REPEAT:
+		if (parse_u64(arg, &v, NO_SUFFIX) < 0 || v == 0 || v > YCSB_MAX_REPEAT)
+			return bad("repeat", arg);
+		cfg->repeat = (unsigned)v;
+		return 0;
+	case OPT_JSON:
+		cfg->json = arg;
+		return 0;
+	case OPT_ENGINE:
+		g->engine = 1;
+		return parse_engines(arg, cfg) < 0 ? 2 : 0;
+	case OPT_QUICK:
+		cfg->quick = 1;
+		return 0;
+	case OPT_PREGEN:
+		if (parse_u64(arg, &v, DECIMAL_SUFFIX) < 0 || v == 0)
+			return bad("pregen", arg);
+		cfg->pregen = v;
+		return 0;
+	case OPT_LOAD_THREADS:
+		if (parse_u64(arg, &v, NO_SUFFIX) < 0 || v == 0 || v > 256)
+			return bad("load-threads", arg);
+		cfg->load_threads = (unsigned)v;
+		return 0;
+	case OPT_SEED:
+		if (parse_u64(arg, &v, NO_SUFFIX) < 0)
+			return bad("seed", arg);
+		cfg->seed = v;
+		return 0;
+	}
+	usage(stderr);
+	return 2;
+}
+
+/* --quick first (for what was not given), then the general defaults. */
+static void fill_defaults(ycsb_config *cfg, const given *g)
+{
+	if (cfg->quick) {
+		if (!g->records)
+			cfg->records = 1000000;
+		if (!g->key_size)
+			cfg->key_size = 8;
+		if (!g->value_size)
+			cfg->value_size = 8;
+		if (!g->workload) {
+			cfg->workloads[0] = 'A';
+			cfg->workloads[1] = 'C';
+			cfg->nworkloads = 2;
+		}
+		if (!g->threads) {
+			cfg->threads[0] = 1;
+			cfg->threads[1] = 2;
+			cfg->nthreads = 2;
+		}
+		if (!g->seconds && !g->ops)
+			cfg->seconds = 3;
+		if (!g->log_memory) {
+			/* Hold the data in memory: 4x a generous per-record estimate
+			 * (updates that copy records to the tail grow the log), at least
+			 * Ember's default. */
+			uint64_t want = next_pow2(4 * cfg->records * record_estimate(cfg));
+
+			cfg->log_memory = want > (256ull << 20) ? want : 256ull << 20;
+		}
+	}
+	if (!g->records && cfg->records == 0)
+		cfg->records = 1000000;
+	if (cfg->key_size == 0)
+		cfg->key_size = 8;
+	if (!g->value_size && cfg->value_size == 0)
+		cfg->value_size = 100;
+	if (cfg->nworkloads == 0) {
+		cfg->workloads[0] = 'A';
+		cfg->nworkloads = 1;
+	}
+	if (cfg->nthreads == 0) {
+		cfg->threads[0] = 1;
+		cfg->nthreads = 1;
+	}
+	if (!g->ops && !g->seconds && cfg->seconds == 0)
+		cfg->ops = 1000000;
+	if (!g->theta)
+		cfg->theta = 0.99;
+	if (cfg->batch == 0)
+		cfg->batch = 1;
+	if (cfg->index_buckets == 0)
+		cfg->index_buckets = next_pow2(cfg->records / 4 > 0 ? cfg->records / 4 : 1);
+	if (cfg->repeat == 0)
+		cfg->repeat = 1;
+	if (cfg->pregen == 0)
+		cfg->pregen = 4u << 20;
+	if (cfg->nengines == 0) {
+		cfg->engines[0] = &ycsb_engine_ember;
+		cfg->nengines = 1;
+	}
+	if (cfg->load_threads == 0)
+		for (unsigned i = 0; i < cfg->nthreads; i++)
+			if (cfg->threads[i] > cfg->load_threads)
+				cfg->load_threads = cfg->threads[i];
+	if (cfg->seed == 0)
+		cfg->seed = 1;
+}
+
+int ycsb_config_parse(int argc, char **argv, ycsb_config *cfg, int *exit_now)
+{
+	given g = { 0 };
+	int want_e = 0, c, rc;
+
+	memset(cfg, 0, sizeof(*cfg));
+	*exit_now = 0;
+	while ((c = getopt_long(argc, argv, "", long_opts, NULL)) != -1) {
+		if (c == OPT_HELP) {
+			usage(stdout);
+			*exit_now = 1;
+			return 0;
+		}
+		rc = parse_one(c, optarg, cfg, &g, &want_e);
+		if (rc != 0) {
+			*exit_now = 1;
+			return rc;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "ember-ycsb: unexpected argument '%s' (see --help)\n",
+			argv[optind]);
+		*exit_now = 1;
+		return 2;
+	}
+	if (want_e) {
+		printf("workload E (scans) is not supported: Ember is a point index\n");
+		*exit_now = 1;
+		return 2;
+	}
+	fill_defaults(cfg, &g);
+	if (cfg->ops == 0 && cfg->seconds == 0) {
+		fprintf(stderr, "ember-ycsb: --ops 0 needs --seconds\n");
+		*exit_now = 1;
+		return 2;
+	}
+	return 0;
+}
+
+const char *ycsb_fmt_bytes(uint64_t n, char *buf, size_t cap)
+{
+	static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+	double v = (double)n;
+	unsigned u = 0;
+
+	while (v >= 1024 && u < 4) {
+		v /= 1024;
+		u++;
+	}
+	if (u == 0 || v == (double)(uint64_t)v)
+		snprintf(buf, cap, "%.0f %s", v, units[u]);
+	else
+		snprintf(buf, cap, "%.1f %s", v, units[u]);
+	return buf;
+}

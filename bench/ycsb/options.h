@@ -1,0 +1,50 @@
+/*
+ * options.h - ember-ycsb's command line.
+ */
+#ifndef YCSB_OPTIONS_H
+#define YCSB_OPTIONS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine.h"
+#include "gen.h"
+
+#define YCSB_MAX_LIST 16
+
+typedef struct ycsb_config {
+	char workloads[YCSB_MAX_LIST];   /* 'A', 'B', ... in run order */
+	unsigned nworkloads;
+	unsigned threads[YCSB_MAX_LIST];
+	unsigned nthreads;
+	const ycsb_engine *engines[YCSB_MAX_LIST];
+	unsigned nengines;
+	uint64_t records;
+	uint64_t ops;          /* 0: bounded by seconds only */
+	double seconds;        /* 0: bounded by ops only */
+	size_t key_size;
+	size_t value_size;
+	int dist_set;          /* --dist given: overrides each workload's own */
+	ycsb_dist dist;
+	double theta;
+	unsigned batch;
+	const char *dir;       /* NULL: a fresh mkdtemp directory, removed at exit */
+	uint64_t log_memory;   /* 0: Ember's default */
+	uint64_t index_buckets;
+	unsigned repeat;
+	const char *json;
+	int quick;
+	uint64_t pregen;       /* per-thread array when only --seconds bounds a run */
+	unsigned load_threads;
+	uint64_t seed;
+} ycsb_config;
+
+/* Parse argv into *cfg with every default filled in. Returns 0 to go on, or an
+ * exit status: 0 after --help, 2 after a usage error (already printed), including
+ * a request for workload E. */
+int ycsb_config_parse(int argc, char **argv, ycsb_config *cfg, int *exit_now);
+
+/* "256 MiB", "1.5 GiB": n in the largest binary unit that keeps it >= 1. */
+const char *ycsb_fmt_bytes(uint64_t n, char *buf, size_t cap);
+
+#endif /* YCSB_OPTIONS_H */

@@ -1,0 +1,158 @@
+/*
+ * report.c - the human table and the JSON file for YCSB runs.
+ */
+#include "report.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <string.h>
+
+#include <ember.h>
+
+void ycsb_report_header(FILE *f)
+{
+	fprintf(f, "%-8s %-2s %-12s %3s %5s %8s %8s %8s %8s %8s %8s %8s %8s\n", "engine",
+		"wl", "dist", "thr", "batch", "Mops/s", "p50 us", "p99 us", "p99.9 us",
+		"RSS MiB", "rd B/op", "wr B/op", "notfound");
+}
+
+void ycsb_report_row(FILE *f, const ycsb_result *r)
+{
+	char dist[32];
+	char rd[16] = "n/a", wr[16] = "n/a";
+
+	if (r->dist == YCSB_DIST_UNIFORM)
+		snprintf(dist, sizeof(dist), "uniform");
+	else
+		snprintf(dist, sizeof(dist), "%s %.2f",
+			 r->dist == YCSB_DIST_ZIPFIAN ? "zipf" : "latest", r->theta);
+	if (r->io_ok) {
+		snprintf(rd, sizeof(rd), "%.1f", r->read_bytes_per_op);
+		snprintf(wr, sizeof(wr), "%.1f", r->write_bytes_per_op);
+	}
+	fprintf(f, "%-8s %-2c %-12s %3u %5u %8.3f %8.2f %8.2f %8.2f %8.1f %8s %8s %8" PRIu64
+		"\n", r->engine, r->workload, dist, r->threads, r->batch, r->mops,
+		r->lat.p50_us, r->lat.p99_us, r->lat.p999_us, (double)r->peak_rss_kib / 1024.0,
+		rd, wr, r->notfound);
+	if (r->errors != 0)
+		fprintf(f, "         ^ %" PRIu64 " operation(s) failed; the thread(s) stopped\n",
+			r->errors);
+	fflush(f);
+}
+
+void ycsb_report_notes(FILE *f, int any_batch, int rss_per_run, int any_wraps)
+{
+	fprintf(f, "Notes: Mops/s = operations of all threads / (first thread's start to last\n"
+		   "thread's end). Latency: 1 operation in %d timed with clock_gettime, all\n"
+		   "kinds together (per kind in the JSON).\n", YCSB_SAMPLE_EVERY);
+	if (any_batch)
+		fprintf(f, "With --batch K, one sample is a whole read batch (up to K consecutive\n"
+			   "reads), timed 1 batch in 64/K (every batch when K >= 64).\n");
+	if (any_wraps)
+		fprintf(f, "Timed runs outlasted their pre-generated arrays and cycled them\n"
+			   "(array_wraps in the JSON; raise --pregen to avoid it).\n");
+	fprintf(f, "RSS MiB: peak resident set, getrusage; %s\n"
+		   "Each engine runs in a process of its own; the pre-generated operation\n"
+		   "arrays count. rd/wr B/op: read_bytes / write_bytes of /proc/self/io over\n"
+		   "the run phase, per operation: bytes asked of / sent to the block layer\n"
+		   "(rewriting a page still dirty in the page cache counts nothing).\n",
+		rss_per_run ? "reset before each run, so it covers that run."
+			    : "the process's peak so far (reset refused).");
+}
+
+/* JSON string: the settings lines are plain ASCII; escape what JSON requires. */
+static void json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; s != NULL && *s != '\0'; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c < 0x20)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+	fputc('"', f);
+}
+
+static void json_lat(FILE *f, const ycsb_lat *l)
+{
+	fprintf(f,
+		"{\"samples\": %" PRIu64 ", \"mean\": %.3f, \"p50\": %.3f, \"p99\": %.3f, "
+		"\"p999\": %.3f, \"max\": %.3f}",
+		l->samples, l->mean_us, l->p50_us, l->p99_us, l->p999_us, l->max_us);
+}
+
+static void json_run(FILE *f, const ycsb_result *r)
+{
+	char wl[2] = { r->workload, '\0' };
+
+	fprintf(f, "    {\"engine\": ");
+	json_str(f, r->engine);
+	fprintf(f, ", \"settings\": ");
+	json_str(f, r->settings);
+	fprintf(f, ", \"workload\": ");
+	json_str(f, wl);
+	fprintf(f, ", \"dist\": ");
+	json_str(f, ycsb_dist_name(r->dist));
+	fprintf(f,
+		", \"theta\": %.4f, \"threads\": %u, \"batch\": %u,\n"
+		"     \"records\": %" PRIu64 ", \"key_count\": %" PRIu64
+		", \"key_size\": %zu, \"value_size\": %zu, \"load_seconds\": %.3f,\n"
+		"     \"ops\": %" PRIu64 ", \"seconds\": %.4f, \"mops\": %.4f, \"repeats\": %u, "
+		"\"mops_runs\": [",
+		r->theta, r->threads, r->batch, r->records, r->key_count, r->key_size,
+		r->value_size, r->load_seconds, r->ops, r->seconds, r->mops, r->repeats);
+	for (unsigned i = 0; i < r->repeats; i++)
+		fprintf(f, "%s%.4f", i ? ", " : "", r->mops_runs[i]);
+	fprintf(f,
+		"],\n     \"ops_by_kind\": {\"read\": %" PRIu64 ", \"update\": %" PRIu64
+		", \"insert\": %" PRIu64 ", \"rmw\": %" PRIu64 "}, \"notfound\": %" PRIu64
+		", \"errors\": %" PRIu64 ",\n     \"latency_us\": ",
+		r->done[YCSB_OP_READ], r->done[YCSB_OP_UPDATE], r->done[YCSB_OP_INSERT],
+		r->done[YCSB_OP_RMW], r->notfound, r->errors);
+	json_lat(f, &r->lat);
+	fprintf(f, ",\n     \"latency_us_by_kind\": {");
+	for (unsigned c = 0; c < YCSB_LAT_CLASSES; c++) {
+		fprintf(f, "%s\n       \"%s\": ", c ? "," : "", ycsb_lat_class_name((int)c));
+		json_lat(f, &r->lat_class[c]);
+	}
+	fprintf(f, "},\n     \"peak_rss_mib\": %.1f, \"peak_rss_per_run\": %s, ",
+		(double)r->peak_rss_kib / 1024.0, r->rss_per_run ? "true" : "false");
+	if (r->io_ok)
+		fprintf(f, "\"read_bytes_per_op\": %.3f, \"write_bytes_per_op\": %.3f,\n",
+			r->read_bytes_per_op, r->write_bytes_per_op);
+	else
+		fprintf(f, "\"read_bytes_per_op\": null, \"write_bytes_per_op\": null,\n");
+	fprintf(f,
+		"     \"gen_mops_per_thread\": %.3f, \"pregen_ops_per_thread\": %" PRIu64
+		", \"array_wraps\": %" PRIu64 "}",
+		r->gen_mops, r->pregen_per_thread, r->wraps);
+}
+
+int ycsb_report_json(const char *path, const ycsb_config *cfg, const ycsb_result *rs,
+		     size_t n)
+{
+	FILE *f = fopen(path, "w");
+	int rc = 0;
+
+	if (f == NULL)
+		return -errno;
+	fprintf(f, "{\n  \"tool\": \"ember-ycsb\", \"ember_version\": ");
+	json_str(f, ember_version());
+	fprintf(f, ", \"seed\": %" PRIu64 ", \"quick\": %s, \"latency_sample_every\": %d,\n",
+		cfg->seed, cfg->quick ? "true" : "false", YCSB_SAMPLE_EVERY);
+	fprintf(f, "  \"runs\": [\n");
+	for (size_t i = 0; i < n; i++) {
+		json_run(f, &rs[i]);
+		fprintf(f, "%s\n", i + 1 < n ? "," : "");
+	}
+	fprintf(f, "  ]\n}\n");
+	if (ferror(f))
+		rc = -EIO;
+	if (fclose(f) != 0 && rc == 0)
+		rc = -errno;
+	return rc;
+}

@@ -1,0 +1,516 @@
+/*
+ * run.c - the load and run phases of the YCSB driver.
+ *
+ * Run phase, per worker thread:
+ *   1. thread_init (an Ember session, ...), then pre-generate the whole operation
+ *      array and fill the key / value buffers -- timed on its own as the generator's
+ *      rate, never inside the measurement;
+ *   2. wait on the start barrier with the other workers and the main thread (the
+ *      main thread samples /proc/self/io just before it arrives);
+ *   3. run the array: one engine call per operation, or one read_batch per run of
+ *      up to `batch` consecutive reads; time 1 operation in 64 (or 1 batch in
+ *      64 / batch) with clock_gettime; stop at the op count or the deadline;
+ *   4. thread_fini after the end timestamp.
+ * What runs inside the timed loop besides the engine call: decoding the 8-byte
+ * operation, writing the 8 key bytes (and, for updates, 8 counter bytes of the
+ * value), the shared insert counter (one atomic add per insert, as YCSB's insert
+ * key sequence), and the clock reads on sampled operations.
+ */
+#include "run.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stats.h"
+
+#define READ_SLACK 64 /* read buffers hold value_size + this */
+
+typedef struct worker {
+	const ycsb_run_spec *spec;
+	unsigned idx;
+	pthread_barrier_t *barrier;
+	pthread_t tid;
+
+	/* buffers, owned by the worker */
+	uint64_t *ops;
+	uint64_t nops;
+	unsigned char *key_mem;   /* batch keys of key_size bytes */
+	unsigned char *val;       /* value_size bytes, written by updates and inserts */
+	unsigned char *read_mem;  /* batch read buffers of value_size + READ_SLACK */
+	const void **keys;
+	size_t *klens;
+	void **bufs;
+	size_t *caps;
+	size_t *vlens;
+	int *status;
+
+	/* results */
+	int rc;
+	int fail_kind;            /* the first failed operation: its kind (-1: none) ... */
+	uint64_t fail_key;        /* ... its key number, */
+	uint64_t fail_index;      /* ... and how many operations this thread had done */
+	uint64_t gen_ns;
+	uint64_t t_start, t_end;
+	uint64_t done[YCSB_OP_KINDS];
+	uint64_t notfound, errors, wraps;
+	ycsb_hist hist[YCSB_LAT_CLASSES];
+} worker;
+
+static void worker_free(worker *w)
+{
+	free(w->ops);
+	free(w->key_mem);
+	free(w->val);
+	free(w->read_mem);
+	free(w->keys);
+	free(w->klens);
+	free(w->bufs);
+	free(w->caps);
+	free(w->vlens);
+	free(w->status);
+}
+
+static void fill_random(unsigned char *p, size_t n, uint64_t seed)
+{
+	ycsb_rng rng;
+
+	ycsb_rng_seed(&rng, seed);
+	for (size_t i = 0; i < n; i++)
+		p[i] = (unsigned char)ycsb_rng_next(&rng);
+}
+
+/* Buffers for up to `batch` keys and reads at once. 0 or -1 (out of memory). */
+static int worker_buffers(worker *w, unsigned batch, size_t key_size, size_t value_size,
+			  uint64_t seed)
+{
+	size_t cap = value_size + READ_SLACK;
+
+	w->key_mem = calloc(batch, key_size); /* zero: the padding after the 8 bytes */
+	w->val = malloc(value_size > 0 ? value_size : 1);
+	w->read_mem = malloc(batch * cap);
+	w->keys = calloc(batch, sizeof(*w->keys));
+	w->klens = calloc(batch, sizeof(*w->klens));
+	w->bufs = calloc(batch, sizeof(*w->bufs));
+	w->caps = calloc(batch, sizeof(*w->caps));
+	w->vlens = calloc(batch, sizeof(*w->vlens));
+	w->status = calloc(batch, sizeof(*w->status));
+	if (w->key_mem == NULL || w->val == NULL || w->read_mem == NULL || w->keys == NULL ||
+	    w->klens == NULL || w->bufs == NULL || w->caps == NULL || w->vlens == NULL ||
+	    w->status == NULL)
+		return -1;
+	for (unsigned i = 0; i < batch; i++) {
+		w->keys[i] = w->key_mem + (size_t)i * key_size;
+		w->klens[i] = key_size;
+		w->bufs[i] = w->read_mem + (size_t)i * cap;
+		w->caps[i] = cap;
+	}
+	fill_random(w->val, value_size, seed);
+	memset(w->read_mem, 0, batch * cap); /* fault the pages in before timing */
+	return 0;
+}
+
+static inline void stamp_value(unsigned char *val, size_t value_size, uint64_t stamp)
+{
+	size_t n = value_size < 8 ? value_size : 8;
+
+	for (size_t i = 0; i < n; i++)
+		val[i] = (unsigned char)(stamp >> (8 * i));
+}
+
+/* The key number an operation names: "latest" draws count back from the newest
+ * key every thread's inserts have reached (see keyseq.h). */
+static inline uint64_t op_key(uint64_t op, ycsb_keyseq *inserts)
+{
+	uint64_t k = op & YCSB_OP_KEY_MASK;
+
+	if (op & YCSB_OP_LATEST) {
+		uint64_t latest = ycsb_keyseq_latest(inserts);
+
+		return k <= latest ? latest - k : 0;
+	}
+	return k;
+}
+
+/* Record one result code of a `kind` operation on key number `key`. Returns
+ * nonzero when the thread must stop. */
+static inline int note_rc(worker *w, int rc, unsigned kind, uint64_t key)
+{
+	if (rc == 0)
+		return 0;
+	if (rc == YCSB_NOTFOUND) {
+		w->notfound++;
+		return 0;
+	}
+	if (w->errors++ == 0) {
+		w->rc = rc;
+		w->fail_kind = (int)kind;
+		w->fail_key = key;
+		w->fail_index = w->done[0] + w->done[1] + w->done[2] + w->done[3];
+	}
+	return 1;
+}
+
+/* Up to `batch` consecutive reads starting at ops[pos], as one batch. Returns the
+ * number issued; *stop set on an error. */
+static uint64_t run_read_batch(worker *w, void *ctx, uint64_t pos, uint64_t room,
+			       int sample, int *stop)
+{
+	const ycsb_run_spec *s = w->spec;
+	const ycsb_engine *e = s->engine;
+	uint64_t k = 0, t0 = 0;
+	int rc = 0;
+
+	while (k < s->batch && k < room && pos + k < w->nops &&
+	       ycsb_op_kind(w->ops[pos + k]) == YCSB_OP_READ) {
+		ycsb_key_format(w->key_mem + k * s->key_size, op_key(w->ops[pos + k], s->inserts));
+		k++;
+	}
+	if (sample)
+		t0 = ycsb_now_ns();
+	if (e->read_batch != NULL) {
+		rc = e->read_batch(ctx, k, (const void *const *)w->keys, w->klens,
+				   (void *const *)w->bufs, w->caps, w->vlens, w->status);
+	} else {
+		for (uint64_t i = 0; i < k; i++)
+			w->status[i] = e->read(ctx, w->keys[i], w->klens[i], w->bufs[i],
+					       w->caps[i], &w->vlens[i]);
+	}
+	if (sample)
+		ycsb_hist_add(&w->hist[YCSB_LAT_READ_BATCH], ycsb_now_ns() - t0);
+	if (rc < 0) {
+		*stop = note_rc(w, rc, YCSB_LAT_READ_BATCH, op_key(w->ops[pos], s->inserts));
+		w->done[YCSB_OP_READ] += k;
+		return k;
+	}
+	for (uint64_t i = 0; i < k; i++)
+		if (note_rc(w, w->status[i], YCSB_OP_READ,
+			    op_key(w->ops[pos + i], s->inserts)))
+			*stop = 1;
+	w->done[YCSB_OP_READ] += k;
+	return k;
+}
+
+/* The timed loop. */
+static void run_ops(worker *w, void *ctx)
+{
+	const ycsb_run_spec *s = w->spec;
+	const ycsb_engine *e = s->engine;
+	uint64_t limit = s->ops != 0 ? w->nops : UINT64_MAX;
+	unsigned char *key = w->key_mem;
+	size_t cap = w->caps[0];
+	uint64_t batch_every = s->batch >= YCSB_SAMPLE_EVERY ? 1 : YCSB_SAMPLE_EVERY / s->batch;
+	uint64_t done = 0, pos = 0, next_check = 0, singles = 0, batches = 0, deadline;
+	int stop = 0;
+
+	w->t_start = ycsb_now_ns();
+	deadline = s->seconds > 0 ? w->t_start + (uint64_t)(s->seconds * 1e9) : UINT64_MAX;
+	while (done < limit && !stop) {
+		uint64_t op, keyno, t0 = 0;
+		unsigned kind;
+		int sample, rc;
+
+		if (done >= next_check) {
+			if (deadline != UINT64_MAX && ycsb_now_ns() >= deadline)
+				break;
+			next_check = done + 256;
+		}
+		if (pos == w->nops) {
+			pos = 0;
+			w->wraps++;
+		}
+		op = w->ops[pos];
+		kind = ycsb_op_kind(op);
+		if (kind == YCSB_OP_READ && s->batch > 1) {
+			uint64_t k = run_read_batch(w, ctx, pos, limit - done,
+						    batches++ % batch_every == 0, &stop);
+
+			done += k;
+			pos += k;
+			continue;
+		}
+		sample = (singles++ & (YCSB_SAMPLE_EVERY - 1)) == 0;
+		if (kind == YCSB_OP_INSERT) {
+			keyno = ycsb_keyseq_next(s->inserts);
+			if (keyno == UINT64_MAX) {
+				stop = note_rc(w, -EOVERFLOW, kind, 0);
+				break;
+			}
+		} else {
+			keyno = op_key(op, s->inserts);
+		}
+		ycsb_key_format(key, keyno);
+		if (sample)
+			t0 = ycsb_now_ns();
+		switch (kind) {
+		case YCSB_OP_READ: {
+			size_t vlen;
+
+			rc = e->read(ctx, key, s->key_size, w->bufs[0], cap, &vlen);
+			break;
+		}
+		case YCSB_OP_UPDATE:
+			stamp_value(w->val, s->value_size, done);
+			rc = e->update(ctx, key, s->key_size, w->val, s->value_size);
+			break;
+		case YCSB_OP_INSERT:
+			stamp_value(w->val, s->value_size, keyno);
+			rc = e->insert(ctx, key, s->key_size, w->val, s->value_size);
+			ycsb_keyseq_ack(s->inserts, keyno);
+			break;
+		default:
+			rc = e->rmw(ctx, key, s->key_size, s->value_size);
+			break;
+		}
+		if (sample)
+			ycsb_hist_add(&w->hist[kind], ycsb_now_ns() - t0);
+		stop = note_rc(w, rc, kind, keyno);
+		w->done[kind]++;
+		done++;
+		pos++;
+	}
+	w->t_end = ycsb_now_ns();
+}
+
+static void *run_worker(void *arg)
+{
+	worker *w = arg;
+	const ycsb_run_spec *s = w->spec;
+	uint64_t seed = s->seed ^ ((uint64_t)w->idx << 32);
+	void *ctx = NULL;
+	int rc;
+
+	rc = s->engine->thread_init(s->db, &ctx);
+	if (rc < 0) {
+		w->rc = rc;
+		ctx = NULL;
+	}
+	if (s->ops != 0)
+		w->nops = s->ops / s->threads + (w->idx < s->ops % s->threads);
+	else
+		w->nops = s->pregen_ops;
+	if (w->rc == 0) {
+		ycsb_pregen p = { s->wl, s->dist, s->theta, s->key_count, s->threads, 0 };
+		uint64_t t0 = ycsb_now_ns();
+
+		p.seed = ycsb_splitmix64(&seed);
+		w->ops = malloc((w->nops > 0 ? w->nops : 1) * sizeof(*w->ops));
+		if (w->ops == NULL || worker_buffers(w, s->batch, s->key_size, s->value_size,
+						     ycsb_splitmix64(&seed)) < 0)
+			w->rc = -ENOMEM;
+		else if (ycsb_pregen_fill(&p, w->ops, w->nops) < 0)
+			w->rc = -EINVAL; /* theta out of range */
+		w->gen_ns = ycsb_now_ns() - t0;
+	}
+	pthread_barrier_wait(w->barrier);
+	if (w->rc == 0 && w->nops > 0)
+		run_ops(w, ctx);
+	if (ctx != NULL)
+		s->engine->thread_fini(ctx);
+	return NULL;
+}
+
+const char *ycsb_lat_class_name(int c)
+{
+	static const char *const names[YCSB_LAT_CLASSES] = {
+		[YCSB_OP_READ] = "read",
+		[YCSB_OP_UPDATE] = "update",
+		[YCSB_OP_INSERT] = "insert",
+		[YCSB_OP_RMW] = "rmw",
+		[YCSB_LAT_READ_BATCH] = "read_batch",
+	};
+
+	return c >= 0 && c < YCSB_LAT_CLASSES ? names[c] : "?";
+}
+
+static void lat_from_hist(ycsb_lat *l, const ycsb_hist *h)
+{
+	l->samples = h->count;
+	l->mean_us = h->count ? (double)h->sum_ns / (double)h->count / 1e3 : 0;
+	l->p50_us = (double)ycsb_hist_quantile(h, 0.50) / 1e3;
+	l->p99_us = (double)ycsb_hist_quantile(h, 0.99) / 1e3;
+	l->p999_us = (double)ycsb_hist_quantile(h, 0.999) / 1e3;
+	l->max_us = (double)h->max_ns / 1e3;
+}
+
+static void run_collect(const ycsb_run_spec *s, worker *ws, ycsb_result *res)
+{
+	ycsb_hist *all = calloc(1, sizeof(*all));
+	ycsb_hist *cls = calloc(YCSB_LAT_CLASSES, sizeof(*cls));
+	uint64_t first = UINT64_MAX, last = 0, gen_ns = 0, gen_ops = 0;
+
+	for (unsigned t = 0; t < s->threads; t++) {
+		worker *w = &ws[t];
+
+		for (unsigned k = 0; k < YCSB_OP_KINDS; k++) {
+			res->done[k] += w->done[k];
+			res->ops += w->done[k];
+		}
+		res->notfound += w->notfound;
+		res->errors += w->errors;
+		res->wraps += w->wraps;
+		if (w->rc < 0 && res->first_error == 0) {
+			res->first_error = w->rc;
+			res->fail_kind = w->fail_kind;
+			res->fail_key = w->fail_key;
+			res->fail_index = w->fail_index;
+			res->fail_thread = t;
+		}
+		if (w->t_start != 0 && w->t_start < first)
+			first = w->t_start;
+		if (w->t_end > last)
+			last = w->t_end;
+		gen_ns += w->gen_ns;
+		gen_ops += w->nops;
+		if (w->nops > res->pregen_per_thread)
+			res->pregen_per_thread = w->nops;
+		for (unsigned c = 0; c < YCSB_LAT_CLASSES && all != NULL && cls != NULL; c++) {
+			ycsb_hist_merge(&cls[c], &w->hist[c]);
+			ycsb_hist_merge(all, &w->hist[c]);
+		}
+	}
+	res->seconds = last > first ? (double)(last - first) / 1e9 : 0;
+	res->mops = res->seconds > 0 ? (double)res->ops / res->seconds / 1e6 : 0;
+	res->gen_mops = gen_ns > 0 ? (double)gen_ops / ((double)gen_ns / 1e3) : 0;
+	if (all != NULL && cls != NULL) {
+		lat_from_hist(&res->lat, all);
+		for (unsigned c = 0; c < YCSB_LAT_CLASSES; c++)
+			lat_from_hist(&res->lat_class[c], &cls[c]);
+	}
+	free(all);
+	free(cls);
+}
+
+int ycsb_run(const ycsb_run_spec *s, ycsb_result *res)
+{
+	worker *ws = calloc(s->threads, sizeof(*ws));
+	pthread_barrier_t barrier;
+	uint64_t rd0 = 0, wr0 = 0, rd1 = 0, wr1 = 0;
+	unsigned started = 0;
+	int io_ok, rc = 0;
+
+	memset(res, 0, sizeof(*res));
+	res->engine = s->engine->name;
+	res->workload = s->wl->name;
+	res->dist = s->dist;
+	res->theta = s->theta;
+	res->threads = s->threads;
+	res->batch = s->batch;
+	res->key_size = s->key_size;
+	res->value_size = s->value_size;
+	res->key_count = s->key_count;
+	res->repeats = 1;
+	if (ws == NULL)
+		return -ENOMEM;
+	pthread_barrier_init(&barrier, NULL, s->threads + 1);
+	res->fail_kind = -1;
+	res->rss_per_run = ycsb_peak_rss_reset() == 0;
+	for (; started < s->threads; started++) {
+		ws[started].fail_kind = -1;
+		ws[started].spec = s;
+		ws[started].idx = started;
+		ws[started].barrier = &barrier;
+		if (pthread_create(&ws[started].tid, NULL, run_worker, &ws[started]) != 0) {
+			/* The barrier counts on every worker: without them all, give up
+			 * loudly rather than hang. */
+			fprintf(stderr, "ember-ycsb: pthread_create failed for worker %u\n",
+				started);
+			abort();
+		}
+	}
+	/* Workers are generating; none passes the barrier before we arrive. */
+	io_ok = ycsb_proc_io(&rd0, &wr0) == 0;
+	pthread_barrier_wait(&barrier);
+	for (unsigned t = 0; t < started; t++)
+		pthread_join(ws[t].tid, NULL);
+	io_ok = io_ok && ycsb_proc_io(&rd1, &wr1) == 0;
+	pthread_barrier_destroy(&barrier);
+	ycsb_keyseq_settle(s->inserts);
+
+	run_collect(s, ws, res);
+	res->peak_rss_kib = ycsb_peak_rss_kib();
+	res->io_ok = io_ok;
+	if (io_ok && res->ops > 0) {
+		res->read_bytes_per_op = (double)(rd1 - rd0) / (double)res->ops;
+		res->write_bytes_per_op = (double)(wr1 - wr0) / (double)res->ops;
+	}
+	rc = res->first_error;
+	for (unsigned t = 0; t < s->threads; t++)
+		worker_free(&ws[t]);
+	free(ws);
+	return rc;
+}
+
+/* ---- load phase ---- */
+
+typedef struct loader {
+	const ycsb_engine *e;
+	void *db;
+	uint64_t first, end; /* keys [first, end) */
+	size_t key_size, value_size;
+	uint64_t seed;
+	pthread_barrier_t *barrier;
+	pthread_t tid;
+	int rc;
+} loader;
+
+static void *load_worker(void *arg)
+{
+	loader *l = arg;
+	unsigned char *key = calloc(1, l->key_size);
+	unsigned char *val = malloc(l->value_size > 0 ? l->value_size : 1);
+	void *ctx = NULL;
+	int rc = key == NULL || val == NULL ? -ENOMEM : l->e->thread_init(l->db, &ctx);
+
+	if (rc == 0)
+		fill_random(val, l->value_size, l->seed);
+	pthread_barrier_wait(l->barrier);
+	for (uint64_t k = l->first; rc == 0 && k < l->end; k++) {
+		ycsb_key_format(key, k);
+		stamp_value(val, l->value_size, k);
+		rc = l->e->insert(ctx, key, l->key_size, val, l->value_size);
+	}
+	if (ctx != NULL)
+		l->e->thread_fini(ctx);
+	l->rc = rc;
+	free(key);
+	free(val);
+	return NULL;
+}
+
+int ycsb_load(const ycsb_engine *e, void *db, uint64_t records, size_t key_size,
+	      size_t value_size, unsigned threads, uint64_t seed, double *seconds)
+{
+	loader *ls = calloc(threads, sizeof(*ls));
+	pthread_barrier_t barrier;
+	uint64_t t0;
+	int rc = 0;
+
+	if (ls == NULL)
+		return -ENOMEM;
+	pthread_barrier_init(&barrier, NULL, threads + 1);
+	for (unsigned t = 0; t < threads; t++) {
+		ls[t] = (loader){ .e = e, .db = db, .key_size = key_size,
+				  .value_size = value_size, .barrier = &barrier,
+				  .first = records * t / threads,
+				  .end = records * (t + 1) / threads,
+				  .seed = seed + 0x1000 + t };
+		if (pthread_create(&ls[t].tid, NULL, load_worker, &ls[t]) != 0) {
+			fprintf(stderr, "ember-ycsb: pthread_create failed for loader %u\n", t);
+			abort();
+		}
+	}
+	pthread_barrier_wait(&barrier);
+	t0 = ycsb_now_ns();
+	for (unsigned t = 0; t < threads; t++) {
+		pthread_join(ls[t].tid, NULL);
+		if (ls[t].rc < 0 && rc == 0)
+			rc = ls[t].rc;
+	}
+	*seconds = (double)(ycsb_now_ns() - t0) / 1e9;
+	pthread_barrier_destroy(&barrier);
+	free(ls);
+	return rc;
+}

@@ -80,7 +80,9 @@ const char *ember_strerror(int code);
 #define EMBER_MAX_SESSIONS 256u                   /* sessions open at once per db */
 
 /* ember_options.flags */
-#define EMBER_OPEN_TRUNCATE 0x1u /* discard whatever store the directory holds */
+#define EMBER_OPEN_TRUNCATE 0x1u /* discard the Ember store the directory holds (even a
+				    damaged one or one of another format version); a
+				    superblock that is not Ember's is never overwritten */
 
 /*
  * Options for ember_open(). Zero the struct (or call ember_options_default()) and
@@ -166,18 +168,18 @@ int ember_delete(ember_session *s, const void *key, size_t klen);
 /*
  * Read-modify-write callback. old is the current value (old_len bytes), or NULL
  * with old_len 0 when the key is absent. Write the new value to out (capacity
- * out_cap bytes) and its length to *out_len, then return 0.
+ * out_cap bytes; out never overlaps old) and its length to *out_len, then return 0.
  *
- *  - When the store updates the record in place, out == old and out_cap >= old_len:
- *    write with that aliasing in mind.
  *  - If out_cap is too small, set *out_len to the size needed, write nothing, and
  *    return EMBER_ERANGE: you will be called again with room for it.
  *  - Any other negative return aborts the update; ember_rmw() returns that code and
  *    the stored value is unchanged.
  *  - The callback may run more than once per ember_rmw() (a retry after a
  *    concurrent change); only the last run's output is stored, so it must compute
- *    its result from old and arg alone. It runs while the record is latched against
- *    other writers: keep it short and never call back into Ember from it.
+ *    its result from old and arg alone.
+ *  - When the key's record is in the mutable region, the callback runs while that
+ *    record is latched against other writers (the new value is then written in
+ *    place if it fits): keep it short, and never call back into Ember from it.
  */
 typedef int (*ember_rmw_fn)(void *arg, const void *old, size_t old_len, void *out,
 			    size_t out_cap, size_t *out_len);

@@ -44,8 +44,8 @@ int epoch_register(struct epoch *ep)
 							    memory_order_acq_rel,
 							    memory_order_relaxed)) {
 			uint32_t hwm = atomic_load_explicit(&ep->slots_hwm, memory_order_relaxed);
-			/* relaxed CAS loop: hwm only bounds the scan; the slot's epoch is
-			 * published with a fence in epoch_protect */
+			/* seq_cst: a scan that follows this registration in the total
+			 * order covers the new slot */
 			while (hwm < (uint32_t)i + 1 &&
 			       !atomic_compare_exchange_weak_explicit(&ep->slots_hwm, &hwm, i + 1,
 								      memory_order_seq_cst,

@@ -150,9 +150,12 @@ static int checksum_records(struct hlog *l, uint64_t upto)
  * checksum cursor (the end of the last record that starts below safe_ro). Bytes
  * past the cursor in that last block may belong to mutable records and be stale
  * on disk; the next flush starts at the block holding the cursor and rewrites
- * them. A write's safe_end (what flushed may advance to) is therefore capped at
- * the cursor, which is a record boundary: every record below flushed is whole and
- * final on disk (invariant 4 for records that straddle head).
+ * them (never while the earlier write of that block is in flight: two writes of
+ * one block may complete in either order). Only the last write of a flush has a
+ * safe_end (what flushed may advance to): the cursor, a record boundary. Earlier
+ * chunks end wherever 4 MiB falls, often inside a record, so they leave flushed
+ * alone; every record below flushed is whole and final on disk (invariant 4, for
+ * records that straddle head too).
  */
 static void worker_flush(struct hlog *l)
 {
@@ -161,6 +164,13 @@ static void worker_flush(struct hlog *l)
 		return;
 	if (l->writes_count > HLOG_MAX_FLUSH_WRITES / 2)
 		return; /* let writes complete first: one flush is issued whole */
+	if (l->writes_count > 0) {
+		uint32_t last = (l->writes_head + l->writes_count - 1) % HLOG_MAX_FLUSH_WRITES;
+		/* two writes of one block in flight may land in either order: the block
+		 * rewritten below must not still be on its way with older contents */
+		if (l->writes[last].end > l->flush_from)
+			return;
+	}
 	int rc = checksum_records(l, sro);
 	if (rc < 0) {
 		atomic_store_explicit(&l->error, rc, memory_order_relaxed); /* sticky flag */
@@ -176,7 +186,8 @@ static void worker_flush(struct hlog *l)
 		if (end > lap_end)
 			end = lap_end; /* the ring is contiguous only up to the end of a lap */
 		uint32_t idx = (l->writes_head + l->writes_count) % HLOG_MAX_FLUSH_WRITES;
-		l->writes[idx] = (struct hlog_write){start, end, end < cursor ? end : cursor, 0};
+		/* only the last write of a flush ends on a record boundary (the cursor) */
+		l->writes[idx] = (struct hlog_write){start, end, end >= target ? cursor : 0, 0};
 		void *src = l->base + (l->mem_mask ? (start & l->mem_mask) : (start % l->mem_size));
 		if (em_ring_write(&l->ring, l->file, src, (uint32_t)(end - start), start, idx) < 0)
 			break;
@@ -277,7 +288,11 @@ static void *hlog_worker(void *arg)
 
 int hlog_wait(struct hlog *l, uint64_t size, int epoch_slot)
 {
-	uint64_t need = hlog_load(&l->tail) + size;
+	uint64_t t = hlog_load(&l->tail);
+	uint64_t off = l->mem_mask ? (t & l->mem_mask) : (t % l->mem_size);
+	if (off + size > l->mem_size)
+		t += l->mem_size - off; /* the record will start the next lap */
+	uint64_t need = t + size;
 	atomic_max_u64(&l->alloc_need, need);
 	hlog_kick(l);
 	epoch_unprotect(l->ep, epoch_slot);

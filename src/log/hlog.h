@@ -15,7 +15,8 @@
  *
  * Regions, from old to new:
  *
- *   begin <= head <= safe_read_only <= read_only <= tail
+ *   begin <= head <= safe_read_only <= read_only <= tail   (head, read_only and
+ *   safe_read_only start at 0, below begin = EM_LOG_START; harmless)
  *   [begin, head)       on disk only; reads go to the file
  *   [head, safe_ro)     in memory, immutable; flushed (or being flushed) to disk
  *   [safe_ro, ro)       in memory, "fuzzy": threads that entered their epoch before
@@ -24,8 +25,8 @@
  *   [ro, tail)          mutable: records are updated in place under their lock
  *
  * Invariants
- *  1. Every boundary only grows. read_only, head and the flush points are page
- *     aligned (or still at their initial value).
+ *  1. Every boundary only grows. read_only and head are page aligned; flushed is a
+ *     record boundary.
  *  2. [begin, tail) is dense: every byte belongs to a record that the allocating
  *     thread fully wrote (or marked invalid, or a filler) before leaving its epoch,
  *     except gaps of under REC_HDR_SIZE bytes at the end of a lap.
@@ -38,7 +39,9 @@
  *     left its epoch (set_safe_head); only then may the ring bytes of addresses below
  *     H be reused, so allocation stops at page_floor(safe_head) + mem_size.
  *
- * Transitions (all made by the log worker thread, hlog_worker):
+ * Transitions (made by the log worker thread, hlog_worker, except: tail moves in
+ * user threads, and the set_safe_* epoch actions run on whichever thread drains
+ * the epoch):
  *   tail moves      hlog_alloc (user threads, CAS)
  *   read_only moves worker_step when the mutable region exceeds its share, or when
  *                   an allocator waits for room (alloc_need)

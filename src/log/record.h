@@ -99,8 +99,8 @@ static inline uint32_t rec_checksum(struct record *r)
 {
 	uint64_t hdr = rec_header(r); /* final: flags are set before the page is flushed */
 	uint32_t vlen = atomic_load_explicit(&r->val_len, memory_order_relaxed); /* stable */
-	uint64_t seed = hdr ^ ((uint64_t)r->key_len << 32) ^ vlen ^ ((uint64_t)r->val_cap << 16);
-	uint64_t h = XXH3_64bits_withSeed(rec_key(r), r->key_len, seed);
+	uint64_t fields[3] = {hdr, ((uint64_t)r->key_len << 32) | vlen, r->val_cap};
+	uint64_t h = XXH3_64bits_withSeed(rec_key(r), r->key_len, XXH3_64bits(fields, sizeof(fields)));
 	h = XXH3_64bits_withSeed(rec_value(r), vlen, h);
 	return (uint32_t)(h ^ (h >> 32));
 }
@@ -175,8 +175,12 @@ static inline int rec_lock(struct record *r)
 		}
 		/* acquire: our writes to the record cannot move before taking the lock */
 		if (atomic_compare_exchange_weak_explicit(&r->seq, &s, s + 1, memory_order_acquire,
-							  memory_order_relaxed))
+							  memory_order_relaxed)) {
+			/* release fence: a reader that sees any of our value stores also
+			 * sees the odd seq (Boehm's seqlock argument; free on x86) */
+			atomic_thread_fence(memory_order_release);
 			return 0;
+		}
 	}
 }
 

@@ -37,6 +37,7 @@ struct lookup_run {
 static void slot_release(ember_session *s, uint32_t idx)
 {
 	struct io_slot *io = &s->io[idx];
+	io->busy = 0;
 	if (io->big) {
 		em_free(io->big, io->big_cap);
 		io->big = NULL;
@@ -73,6 +74,8 @@ static int issue(ember_session *s, struct disk_lookup *l, uint32_t idx, uint32_t
 		}
 		buf = io->big;
 	}
+	io->cur = buf;
+	io->busy = 1;
 	io->lookup = li;
 	io->off = off;
 	io->len = (uint32_t)len;
@@ -92,7 +95,7 @@ static int on_read(struct lookup_run *run, uint32_t idx, int res)
 	struct io_slot *io = &s->io[idx];
 	uint32_t li = io->lookup;
 	struct disk_lookup *l = &run->lk[li];
-	uint8_t *buf = io->big ? io->big : io->buf;
+	uint8_t *buf = io->cur;
 	int status;
 	if (res < 0) {
 		status = res;
@@ -155,6 +158,11 @@ int disk_lookups(ember_session *s, struct disk_lookup *lk, size_t n, disk_done_f
 	struct lookup_run run = {s, lk, done, ctx, hlog_load(&s->db->hot->begin), 0};
 	size_t next = 0;
 	int rc = 0;
+	if (s->ring_broken) {
+		for (size_t i = 0; i < n; i++)
+			finish(&run, (uint32_t)i, EMBER_EIO, NULL);
+		return EMBER_EIO;
+	}
 	while (next < n || s->ring.inflight > 0) {
 		while (next < n && s->io_free_n > 0) {
 			uint32_t idx = s->io_free[--s->io_free_n];
@@ -175,7 +183,12 @@ int disk_lookups(ember_session *s, struct disk_lookup *lk, size_t n, disk_done_f
 		rc = 0;
 	}
 	if (rc < 0) {
-		/* the ring failed: nothing more will complete; fail what is left */
+		/* the ring failed: fail the reads in flight and what is left; their slots
+		 * stay busy, since the kernel may still write into their buffers */
+		s->ring_broken = 1;
+		for (uint32_t i = 0; i < s->io_n; i++)
+			if (s->io[i].busy)
+				finish(&run, s->io[i].lookup, rc, NULL);
 		while (next < n)
 			finish(&run, (uint32_t)next++, rc, NULL);
 	}

@@ -7,9 +7,10 @@
  *                page size, checksum
  *   hot.log      the hot log; byte x of the log is byte x of the file
  *
- * Open sequence (ember_open): check options -> mkdir -> lock -> read or write the
- * superblock -> epoch table -> hash index -> hot log file -> hot log. Each step has
- * an undo label; a failure unwinds exactly the steps taken.
+ * Open sequence (ember_open): check options -> mkdir -> lock -> check the
+ * superblock -> epoch table -> hash index -> hot log file -> hot log -> write the
+ * superblock. Each step has an undo label; a failure unwinds exactly the steps
+ * taken, and leaves no new superblock behind.
  */
 #include "store/store_int.h"
 
@@ -158,8 +159,14 @@ undo_open:
 	return rc;
 }
 
-/* Superblock handling at open: validate an existing store or write a new one. */
-static int super_prepare(struct ember_db *db)
+/*
+ * Superblock at open. write == 0: may the store be created here? (absent: yes; an
+ * Ember store: only with EMBER_OPEN_TRUNCATE, which also overrides a damaged one or
+ * one of another version; a file that is not Ember's: never). write == 1: write the
+ * new superblock (the last step of a successful open, so a failed open leaves no
+ * store behind).
+ */
+static int super_step(struct ember_db *db, int write)
 {
 	struct em_ring ring;
 	int rc = em_ring_init(&ring, 4);
@@ -170,11 +177,18 @@ static int super_prepare(struct ember_db *db)
 		rc = EMBER_ENOMEM;
 		goto undo_ring;
 	}
-	rc = super_read(&ring, path);
-	if (rc == 0 && !(db->opts.flags & EMBER_OPEN_TRUNCATE))
-		rc = EMBER_EEXIST;
-	else if (rc == 0 || rc == 1)
+	if (write) {
 		rc = super_write(&ring, path, &db->opts);
+	} else {
+		int truncate = (db->opts.flags & EMBER_OPEN_TRUNCATE) != 0;
+		rc = super_read(&ring, path);
+		if (rc == 1)
+			rc = 0; /* absent: a new store */
+		else if (rc == 0)
+			rc = truncate ? 0 : EMBER_EEXIST;
+		else if ((rc == EMBER_ECORRUPT || rc == EMBER_EVERSION) && truncate)
+			rc = 0;
+	}
 	em_free(path, 0);
 undo_ring:
 	em_ring_exit(&ring);
@@ -243,7 +257,7 @@ int ember_open(const char *dir, const ember_options *opts, ember_db **out)
 	rc = lock_dir(db);
 	if (rc < 0)
 		goto undo_db;
-	rc = super_prepare(db);
+	rc = super_step(db, 0);
 	if (rc < 0)
 		goto undo_lock;
 
@@ -277,10 +291,15 @@ int ember_open(const char *dir, const ember_options *opts, ember_db **out)
 	if (rc < 0)
 		goto undo_hot;
 	db->max_record = db->hot->mem_size / 2;
+	rc = super_step(db, 1);
+	if (rc < 0)
+		goto undo_hlog;
 	db->magic = DB_MAGIC;
 	*out = db;
 	return 0;
 
+undo_hlog:
+	hlog_destroy(db->hot);
 undo_hot:
 	em_free(db->hot, sizeof(struct hlog));
 undo_file:
@@ -322,6 +341,7 @@ int ember_close(ember_db *db)
 static void session_release(struct ember_session *s)
 {
 	if (s->io) {
+		em_ring_exit(&s->ring); /* first: no read in flight writes into a freed buffer */
 		for (uint32_t i = 0; i < s->io_n; i++) {
 			em_free(s->io[i].buf, IO_BUF_SIZE);
 			em_free(s->io[i].big, s->io[i].big_cap);

@@ -29,6 +29,8 @@ struct io_slot {
 	uint8_t *buf;     /* IO_BUF_SIZE bytes, EM_IO_ALIGN aligned */
 	uint8_t *big;     /* larger buffer for big records, freed after use */
 	uint32_t big_cap;
+	uint8_t *cur;     /* the buffer the read in flight fills: buf or big */
+	int busy;         /* a read is in flight for this slot */
 	uint32_t lookup;  /* index of the lookup being served */
 	uint64_t off;     /* file offset of buf[0] */
 	uint32_t len;     /* bytes requested */
@@ -53,6 +55,7 @@ struct ember_session {
 	struct ember_db *db;
 	int slot; /* epoch slot */
 	struct em_ring ring;
+	int ring_broken;  /* the ring failed: its state is unknown, no more disk reads */
 	struct io_slot *io;
 	uint32_t io_n;
 	uint32_t *io_free;
@@ -125,8 +128,9 @@ static inline struct record *trace_mem(struct hlog *l, uint64_t addr, const void
 int rec_read_value(struct record *r, void *buf, size_t cap, size_t *vlen);
 
 /* Chase n lookups on disk with as many reads in flight as the ring allows; done
- * is called for each as it ends. The caller must not be protected. Returns 0 or a
- * ring error (then every unfinished lookup got that error). */
+ * is called exactly once for each. The caller must not be protected. Returns 0, or
+ * a ring error: then every unfinished lookup got that error, and the session
+ * reports EMBER_EIO for every later disk read (its ring is in an unknown state). */
 int disk_lookups(ember_session *s, struct disk_lookup *lk, size_t n, disk_done_fn done,
 		 void *ctx);
 

@@ -76,7 +76,7 @@ const char *ember_strerror(int code);
 
 /* Limits. */
 #define EMBER_MAX_KEY_LEN (64u * 1024u)          /* keys: 1 .. 64 KiB */
-#define EMBER_MAX_VALUE_LEN (64u * 1024u * 1024u) /* values: 0 .. 64 MiB (see below) */
+#define EMBER_MAX_VALUE_LEN (16u * 1024u * 1024u) /* values: 0 .. 16 MiB (see below) */
 #define EMBER_MAX_SESSIONS 256u                   /* sessions open at once per db */
 
 /* ember_options.flags */
@@ -92,7 +92,8 @@ typedef struct ember_options {
 	/* Bytes of memory for the hot log: the mutable and read-only in-memory regions.
 	 * Rounded down to a multiple of page_size; at least 8 pages. Default 256 MiB.
 	 * The largest value the store accepts is the smaller of EMBER_MAX_VALUE_LEN and
-	 * log_memory / 2 minus the record header and key. */
+	 * half of the smaller of log_memory and cold_log_memory, minus the record
+	 * header and key. */
 	uint64_t log_memory;
 	/* Fraction of log_memory that is mutable (updated in place); the rest is
 	 * read-only in memory (an update copies the record to the tail). 0 < f <= 1.
@@ -109,6 +110,31 @@ typedef struct ember_options {
 	uint32_t io_queue_depth;
 	/* EMBER_OPEN_* flags. */
 	uint32_t flags;
+
+	/* ---- F2 tiering: hot and cold logs (see docs/compaction.md) ---- */
+
+	/* One memory budget for the whole store, in bytes: hot log memory + hash index
+	 * + cold index table + chunk log memory + cold log memory. When set, the hot
+	 * log gets what the others leave (log_memory is ignored) and the open fails
+	 * with EMBER_EINVAL if that is under 8 pages. 0: no overall budget. */
+	uint64_t memory_budget;
+	/* Disk budget of the hot log (bytes between its begin and tail). Hot->cold
+	 * compaction starts at 80% of it and brings it back to 60%; writers help at
+	 * 100%. At least 2 x the hot log memory. Default 16 x the hot log memory. */
+	uint64_t hot_disk_budget;
+	/* Disk budget of the cold log, likewise for cold->cold compaction. At least
+	 * 2 x cold_log_memory. Default 4 x hot_disk_budget. */
+	uint64_t cold_disk_budget;
+	/* Memory of the cold log's tail (compaction appends there). The largest value
+	 * the store accepts is also bounded by half of it. Default 64 MiB (less when a
+	 * small memory_budget is set: an eighth of it, at least 8 pages). */
+	uint64_t cold_log_memory;
+	/* Hash chunks of the cold index (a power of two). Each covers
+	 * cold_chunk_bytes / 8 chains; aim for about one cold key per chain, i.e.
+	 * cold keys / (cold_chunk_bytes / 8) chunks. Default 2^16. */
+	uint64_t cold_index_chunks;
+	/* Bytes per hash chunk: a power of two from 64 to 4096. Default 256. */
+	uint32_t cold_chunk_bytes;
 } ember_options;
 
 /* Fill *opts with the defaults. opts must not be NULL. */
@@ -116,6 +142,48 @@ void ember_options_default(ember_options *opts);
 
 typedef struct ember_db ember_db;
 typedef struct ember_session ember_session;
+
+/* Per-tier figures of ember_stats_get(). */
+typedef struct ember_tier_stats {
+	uint64_t records;        /* records in the log (live or not), not yet compacted away */
+	uint64_t bytes_memory;   /* memory the tier's log holds */
+	uint64_t bytes_disk;     /* log bytes between its begin and tail */
+	uint64_t reads_memory;   /* user reads answered from this tier's memory */
+	uint64_t reads_disk;     /* user reads answered from this tier's disk */
+	uint64_t compactions;    /* compaction passes over this log */
+	uint64_t compaction_bytes_written; /* bytes compaction appended from this log */
+} ember_tier_stats;
+
+/* A snapshot of a store's statistics (counters since open). */
+typedef struct ember_stats {
+	ember_tier_stats hot, cold;
+	uint64_t index_bytes;          /* hot hash index memory */
+	uint64_t cold_index_bytes;     /* cold index table + chunk log memory */
+	uint64_t chunk_log_bytes_disk; /* the cold index's chunks on disk */
+	uint64_t user_reads;           /* keys read by get / get_batch */
+	uint64_t user_writes;          /* records appended by put / delete / rmw */
+	uint64_t user_bytes_written;   /* bytes of those records */
+	uint64_t disk_reads;           /* disk reads issued for user lookups */
+	uint64_t disk_bytes_read;      /* bytes those reads fetched */
+	uint64_t compaction_disk_reads; /* disk reads of compaction (scans, liveness) */
+	uint64_t compaction_bytes_read;
+	uint64_t compaction_bytes_written; /* all compaction output, chunks included */
+	uint64_t tombstones_dropped;   /* by cold->cold compaction */
+	uint64_t compaction_assists;   /* passes run by writers at a hard limit */
+	double write_amplification;    /* (user + compaction bytes written) / user bytes */
+	double read_amplification;     /* disk bytes read per user read (user lookups only) */
+	double cold_index_bytes_per_key; /* cold_index_bytes / cold.records */
+} ember_stats;
+
+/* Fill *out. Safe to call while other threads work (figures may lag slightly). */
+int ember_stats_get(ember_db *db, ember_stats *out);
+
+/*
+ * Run compaction now, on the calling thread, instead of waiting for the background
+ * thread: every log that has anything on disk is compacted as far as its head
+ * (force), or only logs past their trigger (!force). Returns 0 or an error.
+ */
+int ember_compact(ember_db *db, int force);
 
 /*
  * Open (creating if needed) the store in directory dir. opts may be NULL for

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -113,6 +114,17 @@ int em_ring_fsync(struct em_ring *r, struct em_file *f, uint64_t user_data)
 	if (!sqe)
 		return -EBUSY;
 	io_uring_prep_fsync(sqe, f->fd, 0);
+	io_uring_sqe_set_data64(sqe, user_data);
+	return 0;
+}
+
+int em_ring_punch(struct em_ring *r, struct em_file *f, uint64_t off, uint64_t len,
+		  uint64_t user_data)
+{
+	struct io_uring_sqe *sqe = ring_sqe(r);
+	if (!sqe)
+		return -EBUSY;
+	io_uring_prep_fallocate(sqe, f->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, len);
 	io_uring_sqe_set_data64(sqe, user_data);
 	return 0;
 }
@@ -221,6 +233,15 @@ int em_io_pwrite(struct em_ring *r, struct em_file *f, const void *buf, uint32_t
 	if (rc < 0)
 		return rc;
 	return (uint32_t)rc == len ? 0 : -EIO;
+}
+
+int em_io_punch(struct em_ring *r, struct em_file *f, uint64_t off, uint64_t len)
+{
+	int rc = em_ring_punch(r, f, off, len, 0);
+	if (rc < 0)
+		return rc;
+	rc = sync_wait(r);
+	return rc < 0 ? rc : 0;
 }
 
 int em_io_fsync(struct em_ring *r, struct em_file *f)

@@ -51,6 +51,9 @@ int em_ring_read(struct em_ring *r, struct em_file *f, void *buf, uint32_t len, 
 int em_ring_write(struct em_ring *r, struct em_file *f, const void *buf, uint32_t len,
 		  uint64_t off, uint64_t user_data);
 int em_ring_fsync(struct em_ring *r, struct em_file *f, uint64_t user_data);
+/* Release [off, off + len) of the file's space (fallocate punch-hole, size kept). */
+int em_ring_punch(struct em_ring *r, struct em_file *f, uint64_t off, uint64_t len,
+		  uint64_t user_data);
 /* Hand queued requests to the kernel. Returns 0 or -errno. */
 int em_ring_submit(struct em_ring *r);
 
@@ -67,5 +70,6 @@ int em_io_pread(struct em_ring *r, struct em_file *f, void *buf, uint32_t len, u
 int em_io_pwrite(struct em_ring *r, struct em_file *f, const void *buf, uint32_t len,
 		 uint64_t off);
 int em_io_fsync(struct em_ring *r, struct em_file *f);
+int em_io_punch(struct em_ring *r, struct em_file *f, uint64_t off, uint64_t len);
 
 #endif

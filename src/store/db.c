@@ -6,10 +6,12 @@
  *   ember.super  the superblock (layout in docs/format.md): magic, format version,
  *                page size, checksum
  *   hot.log      the hot log; byte x of the log is byte x of the file
+ *   cold.log     the cold log (compaction output), likewise
+ *   cold.idx     the chunk log: the cold index's hash chunks, likewise
  *
  * Open sequence (ember_open): check options -> mkdir -> lock -> check the
- * superblock -> epoch table -> hash index -> hot log file -> hot log -> write the
- * superblock. Each step has an undo label; a failure unwinds exactly the steps
+ * superblock -> epoch table -> hash index -> hot, cold and chunk logs -> cold
+ * index -> compactor -> write the superblock. Each step has an undo label; a failure unwinds exactly the steps
  * taken, and leaves no new superblock behind.
  */
 #include "store/store_int.h"
@@ -24,9 +26,12 @@
 
 #include "core/alloc.h"
 #include "core/hash.h"
+#include "store/compact.h"
 
 #define SUPER_NAME "ember.super"
 #define HOT_NAME "hot.log"
+#define COLD_NAME "cold.log"
+#define CHUNK_NAME "cold.idx"
 #define SUPER_SIZE 4096u
 #define SUPER_MAGIC "EMBERDB\0"
 #define FORMAT_VERSION 1u
@@ -41,6 +46,9 @@ void ember_options_default(ember_options *o)
 	o->index_buckets = UINT64_C(1) << 18;
 	o->page_size = 1u << 20;
 	o->io_queue_depth = 128;
+	o->cold_index_chunks = UINT64_C(1) << 16;
+	o->cold_chunk_bytes = 256;
+	/* memory_budget, disk budgets and cold_log_memory: derived in layout_resolve */
 }
 
 static int options_resolve(const ember_options *in, ember_options *out)
@@ -58,6 +66,10 @@ static int options_resolve(const ember_options *in, ember_options *out)
 		out->page_size = d.page_size;
 	if (!out->io_queue_depth)
 		out->io_queue_depth = d.io_queue_depth;
+	if (!out->cold_index_chunks)
+		out->cold_index_chunks = d.cold_index_chunks;
+	if (!out->cold_chunk_bytes)
+		out->cold_chunk_bytes = d.cold_chunk_bytes;
 	if (out->page_size < (64u << 10) || out->page_size > (64u << 20) ||
 	    (out->page_size & (out->page_size - 1)))
 		return EMBER_EINVAL;
@@ -69,8 +81,69 @@ static int options_resolve(const ember_options *in, ember_options *out)
 		return EMBER_EINVAL;
 	if (out->log_memory / out->page_size < 8 || out->log_memory > (UINT64_C(1) << 44))
 		return EMBER_EINVAL;
+	if ((out->cold_index_chunks & (out->cold_index_chunks - 1)) ||
+	    out->cold_index_chunks > (UINT64_C(1) << 36))
+		return EMBER_EINVAL;
+	if (out->cold_chunk_bytes < 64 || out->cold_chunk_bytes > 4096 ||
+	    (out->cold_chunk_bytes & (out->cold_chunk_bytes - 1)))
+		return EMBER_EINVAL;
+	if (out->memory_budget > (UINT64_C(1) << 44) || out->cold_log_memory > (UINT64_C(1) << 44))
+		return EMBER_EINVAL;
 	if (out->flags & ~(uint32_t)EMBER_OPEN_TRUNCATE)
 		return EMBER_EINVAL;
+	return 0;
+}
+
+/* Sizes of every log's memory and disk budget, from the resolved options. */
+struct layout {
+	uint64_t hot_mem, cold_mem, chunk_mem;
+	uint64_t hot_budget, cold_budget, chunk_budget;
+};
+
+static uint64_t pow2_ceil(uint64_t v)
+{
+	uint64_t n = 1;
+	while (n < v)
+		n <<= 1;
+	return n;
+}
+
+static int layout_resolve(const ember_options *o, struct layout *lay)
+{
+	uint64_t page = o->page_size, min_log = 8 * page;
+	uint64_t index_bytes = pow2_ceil(o->index_buckets) * 64;
+	uint64_t table_bytes = o->cold_index_chunks * 8;
+	uint64_t base = o->memory_budget ? o->memory_budget : o->log_memory;
+	lay->cold_mem = o->cold_log_memory;
+	if (!lay->cold_mem) {
+		lay->cold_mem = UINT64_C(64) << 20;
+		if (o->memory_budget && lay->cold_mem > o->memory_budget / 8)
+			lay->cold_mem = o->memory_budget / 8;
+	}
+	lay->cold_mem = em_page_floor(lay->cold_mem, (unsigned)__builtin_ctz(o->page_size));
+	if (lay->cold_mem < min_log)
+		lay->cold_mem = min_log;
+	lay->chunk_mem = em_page_floor(base / 16, (unsigned)__builtin_ctz(o->page_size));
+	if (lay->chunk_mem < min_log)
+		lay->chunk_mem = min_log;
+	if (o->memory_budget) {
+		uint64_t others = index_bytes + table_bytes + lay->cold_mem + lay->chunk_mem;
+		if (o->memory_budget < others + min_log)
+			return EMBER_EINVAL;
+		lay->hot_mem = o->memory_budget - others;
+	} else {
+		lay->hot_mem = o->log_memory;
+	}
+	lay->hot_mem = em_page_floor(lay->hot_mem, (unsigned)__builtin_ctz(o->page_size));
+	lay->hot_budget = o->hot_disk_budget ? o->hot_disk_budget : 16 * lay->hot_mem;
+	if (lay->hot_budget < 2 * lay->hot_mem)
+		lay->hot_budget = 2 * lay->hot_mem;
+	lay->cold_budget = o->cold_disk_budget ? o->cold_disk_budget : 4 * lay->hot_budget;
+	if (lay->cold_budget < 2 * lay->cold_mem)
+		lay->cold_budget = 2 * lay->cold_mem;
+	/* live chunks plus room for their garbage */
+	uint64_t chunks_bytes = o->cold_index_chunks * (REC_HDR_SIZE + 8 + o->cold_chunk_bytes);
+	lay->chunk_budget = 4 * chunks_bytes + 2 * lay->chunk_mem;
 	return 0;
 }
 
@@ -216,15 +289,51 @@ static int lock_dir(struct ember_db *db)
 
 static void db_free(struct ember_db *db)
 {
-	struct ember_session *s = db->sessions;
-	while (s) {
-		struct ember_session *next = s->next_all;
-		em_free(s, sizeof(*s));
-		s = next;
-	}
+	sessions_free(db);
 	pthread_mutex_destroy(&db->sess_mu);
 	em_free(db->dir, 0);
 	em_free(db, sizeof(*db));
+}
+
+/* Open one log: its file (truncated: recovery comes with checkpoints) and its
+ * memory and worker. */
+static int log_open(struct ember_db *db, const char *name, uint64_t mem, double mutable_fraction,
+		    struct em_file *file, struct hlog **out)
+{
+	char *path = path_join(db->dir, name);
+	if (!path)
+		return EMBER_ENOMEM;
+	int rc = em_file_open(file, path, EM_FILE_CREATE | EM_FILE_TRUNCATE);
+	em_free(path, 0);
+	if (rc < 0)
+		return rc;
+	struct hlog *l = em_alloc_aligned(64, sizeof(struct hlog));
+	if (!l) {
+		rc = EMBER_ENOMEM;
+		goto undo_file;
+	}
+	struct hlog_config hc = {.mem_size = mem, .page_size = db->opts.page_size,
+				 .mutable_fraction = mutable_fraction};
+	rc = hlog_init(l, &hc, file, db->ep);
+	if (rc < 0)
+		goto undo_log;
+	*out = l;
+	return 0;
+undo_log:
+	em_free(l, sizeof(struct hlog));
+undo_file:
+	em_file_close(file);
+	return rc;
+}
+
+static void log_close(struct em_file *file, struct hlog **l)
+{
+	if (*l) {
+		hlog_destroy(*l);
+		em_free(*l, sizeof(struct hlog));
+		*l = NULL;
+	}
+	em_file_close(file);
 }
 
 int ember_open(const char *dir, const ember_options *opts, ember_db **out)
@@ -261,6 +370,10 @@ int ember_open(const char *dir, const ember_options *opts, ember_db **out)
 	if (rc < 0)
 		goto undo_lock;
 
+	struct layout lay;
+	rc = layout_resolve(&db->opts, &lay);
+	if (rc < 0)
+		goto undo_lock;
 	db->ep = em_alloc_aligned(64, sizeof(struct epoch));
 	if (!db->ep) {
 		rc = EMBER_ENOMEM;
@@ -270,40 +383,47 @@ int ember_open(const char *dir, const ember_options *opts, ember_db **out)
 	rc = hi_init(&db->index, db->opts.index_buckets);
 	if (rc < 0)
 		goto undo_epoch;
-	char *hot_path = path_join(dir, HOT_NAME);
-	if (!hot_path) {
-		rc = EMBER_ENOMEM;
-		goto undo_index;
-	}
-	rc = em_file_open(&db->hot_file, hot_path, EM_FILE_CREATE | EM_FILE_TRUNCATE);
-	em_free(hot_path, 0);
+	rc = log_open(db, HOT_NAME, lay.hot_mem, db->opts.mutable_fraction, &db->hot_file, &db->hot);
 	if (rc < 0)
 		goto undo_index;
-	db->hot = em_alloc_aligned(64, sizeof(struct hlog));
-	if (!db->hot) {
-		rc = EMBER_ENOMEM;
-		goto undo_file;
-	}
-	struct hlog_config hc = {.mem_size = db->opts.log_memory,
-				 .page_size = db->opts.page_size,
-				 .mutable_fraction = db->opts.mutable_fraction};
-	rc = hlog_init(db->hot, &hc, &db->hot_file, db->ep);
+	/* the cold and chunk logs are appended to, never updated in place (chunks are
+	 * CAS'd in place only while mutable): keep their mutable regions small */
+	rc = log_open(db, COLD_NAME, lay.cold_mem, 0.25, &db->cold_file, &db->cold);
 	if (rc < 0)
 		goto undo_hot;
-	db->max_record = db->hot->mem_size / 2;
+	rc = log_open(db, CHUNK_NAME, lay.chunk_mem, 0.5, &db->chunk_file, &db->chunks);
+	if (rc < 0)
+		goto undo_cold;
+	rc = ci_init(&db->cidx, db->opts.cold_index_chunks, db->opts.cold_chunk_bytes, db->chunks);
+	if (rc < 0)
+		goto undo_chunks;
+	db->max_record = db->hot->mem_size < db->cold->mem_size ? db->hot->mem_size / 2
+								 : db->cold->mem_size / 2;
+	db->cold_max_record = db->max_record;
+	db->hot_budget = lay.hot_budget;
+	db->cold_budget = lay.cold_budget;
+	db->chunk_budget = lay.chunk_budget;
+	db->magic = DB_MAGIC; /* sessions (the compactor's first) need it */
+	rc = compactor_start(db);
+	if (rc < 0)
+		goto undo_cidx;
 	rc = super_step(db, 1);
 	if (rc < 0)
-		goto undo_hlog;
-	db->magic = DB_MAGIC;
+		goto undo_compactor;
 	*out = db;
 	return 0;
 
-undo_hlog:
-	hlog_destroy(db->hot);
+undo_compactor:
+	compactor_stop(db);
+undo_cidx:
+	db->magic = 0;
+	ci_destroy(&db->cidx);
+undo_chunks:
+	log_close(&db->chunk_file, &db->chunks);
+undo_cold:
+	log_close(&db->cold_file, &db->cold);
 undo_hot:
-	em_free(db->hot, sizeof(struct hlog));
-undo_file:
-	em_file_close(&db->hot_file);
+	log_close(&db->hot_file, &db->hot);
 undo_index:
 	hi_destroy(&db->index);
 undo_epoch:
@@ -326,134 +446,16 @@ int ember_close(ember_db *db)
 	pthread_mutex_unlock(&db->sess_mu);
 	if (open_sessions)
 		return EMBER_EBUSY;
+	compactor_stop(db);
 	db->magic = 0;
-	hlog_destroy(db->hot);
-	em_free(db->hot, sizeof(struct hlog));
-	em_file_close(&db->hot_file);
+	ci_destroy(&db->cidx);
+	log_close(&db->chunk_file, &db->chunks);
+	log_close(&db->cold_file, &db->cold);
+	log_close(&db->hot_file, &db->hot);
 	hi_destroy(&db->index);
 	epoch_finish(db->ep);
 	em_free(db->ep, sizeof(struct epoch));
 	close(db->lock_fd);
 	db_free(db);
-	return 0;
-}
-
-static void session_release(struct ember_session *s)
-{
-	if (s->io) {
-		em_ring_exit(&s->ring); /* first: no read in flight writes into a freed buffer */
-		for (uint32_t i = 0; i < s->io_n; i++) {
-			em_free(s->io[i].buf, IO_BUF_SIZE);
-			em_free(s->io[i].big, s->io[i].big_cap);
-		}
-		em_free(s->io, 0);
-	}
-	em_free(s->io_free, 0);
-	em_ring_exit(&s->ring);
-	em_free(s->scratch, s->scratch_cap);
-	em_free(s->oldbuf, s->oldbuf_cap);
-	em_free(s->bhash, 0);
-	em_free(s->baddr, 0);
-	em_free(s->blk, 0);
-	s->io = NULL;
-	s->io_free = NULL;
-	s->scratch = s->oldbuf = NULL;
-	s->bhash = s->baddr = NULL;
-	s->blk = NULL;
-	s->scratch_cap = s->oldbuf_cap = s->bcap = 0;
-	if (s->slot >= 0)
-		epoch_unregister(s->db->ep, s->slot);
-	s->slot = -1;
-}
-
-int ember_session_open(ember_db *db, ember_session **out)
-{
-	int rc;
-	if (!out)
-		return EMBER_EINVAL;
-	*out = NULL;
-	if (!db || db->magic != DB_MAGIC)
-		return EMBER_EINVAL;
-	struct ember_session *s = em_zalloc(sizeof(*s));
-	if (!s)
-		return EMBER_ENOMEM;
-	s->db = db;
-	s->slot = -1;
-	pthread_mutex_lock(&db->sess_mu);
-	if (db->open_sessions >= EMBER_MAX_SESSIONS) {
-		pthread_mutex_unlock(&db->sess_mu);
-		em_free(s, sizeof(*s));
-		return EMBER_ENOSPC;
-	}
-	db->open_sessions++;
-	s->next_all = db->sessions;
-	db->sessions = s;
-	pthread_mutex_unlock(&db->sess_mu);
-
-	s->slot = epoch_register(db->ep);
-	if (s->slot < 0) {
-		rc = EMBER_ENOSPC;
-		goto undo;
-	}
-	uint32_t qd = db->opts.io_queue_depth;
-	rc = em_ring_init(&s->ring, qd);
-	if (rc < 0)
-		goto undo;
-	s->io = em_zalloc(sizeof(*s->io) * qd);
-	s->io_free = em_alloc(sizeof(*s->io_free) * qd);
-	if (!s->io || !s->io_free) {
-		rc = EMBER_ENOMEM;
-		goto undo;
-	}
-	s->io_n = qd;
-	for (uint32_t i = 0; i < qd; i++)
-		s->io_free[i] = qd - 1 - i;
-	s->io_free_n = qd;
-	rc = session_buf_reserve(&s->scratch, &s->scratch_cap, 4096);
-	if (rc < 0)
-		goto undo;
-	s->magic = SESSION_MAGIC;
-	s->open = 1;
-	*out = s;
-	return 0;
-
-undo:
-	session_release(s);
-	s->magic = SESSION_MAGIC; /* stays listed (closed) until ember_close frees it */
-	pthread_mutex_lock(&db->sess_mu);
-	db->open_sessions--;
-	pthread_mutex_unlock(&db->sess_mu);
-	return rc;
-}
-
-int ember_session_close(ember_session *s)
-{
-	if (!s)
-		return 0;
-	int rc = session_check(s);
-	if (rc < 0)
-		return rc;
-	struct ember_db *db = s->db;
-	s->open = 0;
-	session_release(s);
-	pthread_mutex_lock(&db->sess_mu);
-	db->open_sessions--;
-	pthread_mutex_unlock(&db->sess_mu);
-	return 0;
-}
-
-int session_buf_reserve(uint8_t **buf, size_t *cap, size_t need)
-{
-	if (*cap >= need)
-		return 0;
-	size_t n = *cap ? *cap : 256;
-	while (n < need)
-		n *= 2;
-	uint8_t *p = em_alloc_aligned(64, n);
-	if (!p)
-		return EMBER_ENOMEM;
-	em_free(*buf, *cap);
-	*buf = p;
-	*cap = n;
 	return 0;
 }

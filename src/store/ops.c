@@ -31,6 +31,7 @@
 
 #include "core/alloc.h"
 #include "core/hash.h"
+#include "store/compact.h"
 
 int rec_read_value(struct record *r, void *buf, size_t cap, size_t *vlen)
 {
@@ -107,8 +108,11 @@ static int blind_write(ember_session *s, const void *key, uint32_t klen, const v
 		uint64_t e = 0;
 		hi_slot *slot = hi_find(&db->index, hash, &e);
 		if (!slot && tomb) {
-			rc = 0; /* no entry: the key is in no record at all */
-			break;
+			struct cold_index *ci = &db->cidx;
+			if (!ci_table_load(ci, ci_chunk_of(ci, hash))) {
+				rc = 0; /* in no hot record, and its cold chunk is empty */
+				break;
+			}
 		}
 		if (slot) {
 			uint64_t ro = hlog_load(&hot->read_only);
@@ -141,6 +145,15 @@ static int blind_write(ember_session *s, const void *key, uint32_t klen, const v
 				break;
 			}
 		}
+		if (compact_over_hard_limit(db)) {
+			/* the disk budget is spent: help compaction before growing the log */
+			epoch_unprotect(db->ep, s->slot);
+			rc = compact_assist(s);
+			epoch_protect(db->ep, s->slot);
+			if (rc < 0)
+				break;
+			continue;
+		}
 		uint64_t na = hlog_alloc(hot, size);
 		if (!na) {
 			rc = hlog_wait(hot, size, s->slot);
@@ -152,8 +165,11 @@ static int blind_write(ember_session *s, const void *key, uint32_t klen, const v
 		rec_init(nr, slot ? hi_entry_addr(e) : 0, tomb ? REC_TOMBSTONE : 0, key, klen, val,
 			 tomb ? 0 : vlen, cap);
 		rc = link_record(db, hash, slot, e, na);
-		if (rc == 0)
+		if (rc == 0) {
+			stat_add(&s->st.user_bytes, size);
+			stat_add(&s->st.user_records, 1);
 			break;
+		}
 		rec_mark_invalid(nr);
 		if (rc < 0)
 			break;
@@ -196,25 +212,11 @@ struct get_ctx {
 	int rc;
 };
 
-static void get_disk_done(void *ctx, size_t i, int status, struct record *rec)
+static void get_done(void *ctx, struct lookup *l, int status, struct record *rec, int in_memory)
 {
-	(void)i;
+	(void)l;
 	struct get_ctx *g = ctx;
-	g->rc = status;
-	if (status != 0)
-		return;
-	if (rec_header(rec) & REC_TOMBSTONE) {
-		g->rc = EMBER_ENOTFOUND;
-		return;
-	}
-	uint32_t n = atomic_load_explicit(&rec->val_len, memory_order_relaxed); /* private copy */
-	*g->vlen = n;
-	if (n > g->cap) {
-		g->rc = EMBER_ERANGE;
-		return;
-	}
-	if (n)
-		memcpy(g->buf, rec_value(rec), n);
+	g->rc = status == 0 ? lookup_copy_value(rec, in_memory, g->buf, g->cap, g->vlen) : status;
 }
 
 int ember_get(ember_session *s, const void *key, size_t klen, void *buf, size_t cap,
@@ -229,36 +231,28 @@ int ember_get(ember_session *s, const void *key, size_t klen, void *buf, size_t 
 	if (!vlen || (!buf && cap))
 		return EMBER_EINVAL;
 	struct ember_db *db = s->db;
-	struct hlog *hot = db->hot;
 	uint64_t hash = em_hash(key, klen);
+	stat_add(&s->st.user_reads, 1);
 	epoch_protect(db->ep, s->slot);
-	uint64_t e = 0;
-	hi_slot *slot = hi_find(&db->index, hash, &e);
-	if (!slot) {
-		rc = EMBER_ENOTFOUND;
-		goto out;
-	}
-	uint64_t at;
-	struct record *r = trace_mem(hot, hi_entry_addr(e), key, (uint32_t)klen, &at);
+	uint64_t e = 0, at = 0;
+	struct record *r = NULL;
+	if (hi_find(&db->index, hash, &e))
+		r = trace_mem(db->hot, hi_entry_addr(e), key, (uint32_t)klen, &at);
 	if (r) {
 		rc = rec_read_value(r, buf, cap, vlen);
-		goto out;
-	}
-	if (at < hlog_load(&hot->begin)) {
-		rc = EMBER_ENOTFOUND;
-		goto out;
+		stat_add(&s->st.reads[TIER_HOT_MEM], 1);
+		epoch_unprotect(db->ep, s->slot);
+		return rc;
 	}
 	epoch_unprotect(db->ep, s->slot);
-	struct disk_lookup lk = {.key = key, .klen = (uint32_t)klen, .addr = at};
+	/* on disk or cold: at is where the hot chain left memory (0: no chain) */
+	struct lookup lk = {.key = key, .klen = (uint32_t)klen, .phase = LK_HOT, .hash = hash, .addr = at};
 	struct get_ctx g = {buf, cap, vlen, EMBER_EIO};
-	rc = disk_lookups(s, &lk, 1, get_disk_done, &g);
+	rc = lookups_run(s, &lk, 1, get_done, &g);
 	return rc < 0 ? rc : g.rc;
-out:
-	epoch_unprotect(db->ep, s->slot);
-	return rc;
 }
 
-/* rmw: fetch the old value from disk into s->oldbuf. */
+/* rmw: fetch the old value (hot disk or cold tier) into s->oldbuf. */
 struct old_ctx {
 	ember_session *s;
 	int rc;
@@ -266,21 +260,29 @@ struct old_ctx {
 	size_t len;
 };
 
-static void old_disk_done(void *ctx, size_t i, int status, struct record *rec)
+static void old_done(void *ctx, struct lookup *l, int status, struct record *rec, int in_memory)
 {
-	(void)i;
+	(void)l;
 	struct old_ctx *o = ctx;
 	o->rc = status == EMBER_ENOTFOUND ? 0 : status;
-	if (status != 0 || (rec_header(rec) & REC_TOMBSTONE))
+	if (status != 0)
 		return;
-	uint32_t n = atomic_load_explicit(&rec->val_len, memory_order_relaxed); /* private copy */
-	if (session_buf_reserve(&o->s->oldbuf, &o->s->oldbuf_cap, n ? n : 1) < 0) {
-		o->rc = EMBER_ENOMEM;
+	for (;;) {
+		size_t n = 0;
+		int rc = lookup_copy_value(rec, in_memory, o->s->oldbuf, o->s->oldbuf_cap, &n);
+		if (rc == EMBER_ENOTFOUND)
+			return; /* a tombstone: absent */
+		if (rc == EMBER_ERANGE) {
+			if (session_buf_reserve(&o->s->oldbuf, &o->s->oldbuf_cap, n) < 0) {
+				o->rc = EMBER_ENOMEM;
+				return;
+			}
+			continue;
+		}
+		o->present = 1;
+		o->len = n;
 		return;
 	}
-	memcpy(o->s->oldbuf, rec_value(rec), n);
-	o->present = 1;
-	o->len = n;
 }
 
 /* Run the callback into s->scratch, growing it on EMBER_ERANGE. */
@@ -346,11 +348,13 @@ int ember_rmw(ember_session *s, const void *key, size_t klen, ember_rmw_fn fn, v
 				/* relaxed: stable (locked, or immutable) */
 				old_len = atomic_load_explicit(&r->val_len, memory_order_relaxed);
 			}
-		} else if (slot && at >= hlog_load(&hot->begin)) {
+		} else {
+			/* not in memory: the hot chain on disk, or the cold tier */
 			epoch_unprotect(db->ep, s->slot);
-			struct disk_lookup lk = {.key = key, .klen = kl, .addr = at};
+			struct lookup lk = {.key = key, .klen = kl, .phase = LK_HOT, .hash = hash,
+					    .addr = slot ? at : 0};
 			struct old_ctx o = {s, EMBER_EIO, 0, 0};
-			rc = disk_lookups(s, &lk, 1, old_disk_done, &o);
+			rc = lookups_run(s, &lk, 1, old_done, &o);
 			epoch_protect(db->ep, s->slot);
 			if (rc == 0)
 				rc = o.rc;
@@ -383,6 +387,17 @@ int ember_rmw(ember_session *s, const void *key, size_t klen, ember_rmw_fn fn, v
 		}
 		uint32_t cap = rec_cap_for(out_len);
 		uint64_t size = rec_size(kl, cap);
+		if (compact_over_hard_limit(db)) {
+			/* the disk budget is spent: help compaction before growing the log */
+			if (locked)
+				rec_unlock(locked, 0);
+			epoch_unprotect(db->ep, s->slot);
+			rc = compact_assist(s);
+			epoch_protect(db->ep, s->slot);
+			if (rc < 0)
+				break;
+			continue;
+		}
 		uint64_t na = hlog_alloc(hot, size);
 		if (!na) {
 			if (locked)
@@ -398,6 +413,8 @@ int ember_rmw(ember_session *s, const void *key, size_t klen, ember_rmw_fn fn, v
 		if (rc == 0) {
 			if (locked)
 				rec_unlock(locked, 1); /* seal: the copy is the newest now */
+			stat_add(&s->st.user_bytes, size);
+			stat_add(&s->st.user_records, 1);
 			break;
 		}
 		rec_mark_invalid(nr);

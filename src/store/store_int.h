@@ -14,8 +14,10 @@
 #include <ember.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "core/epoch.h"
+#include "index/cold_index.h"
 #include "index/hash_index.h"
 #include "io/file.h"
 #include "log/hlog.h"
@@ -36,18 +38,57 @@ struct io_slot {
 	uint32_t len;     /* bytes requested */
 };
 
-/* One key being chased down its hash chain on disk. */
-struct disk_lookup {
+/*
+ * One key being looked up across the tiers (lookup.c). Phases, in read order:
+ *   LK_HOT    reading a hot-log record at addr (the hot chain, on disk)
+ *   LK_CHUNK  reading the key's hash chunk at addr (the chunk log, on disk)
+ *   LK_COLD   reading a cold-log record at addr (the cold chain, on disk)
+ * Memory steps between reads (index, chains above head, chunks in memory) happen
+ * under epoch protection inside lookup.c.
+ */
+enum { LK_HOT = 0, LK_CHUNK = 1, LK_COLD = 2 };
+#define LK_HOT_ONLY 0x1  /* stop where the hot chain ends (compaction liveness) */
+#define LK_COLD_ONLY 0x2 /* start at the cold index (cold compaction liveness) */
+#define LK_FROM_INDEX UINT64_MAX /* addr sentinel: start at the phase's index */
+
+struct lookup {
 	const void *key;
 	uint32_t klen;
-	uint64_t addr; /* next record to read */
-	uint32_t want; /* bytes to read from addr's block (0: the default first read) */
-	size_t user;   /* the caller's index for this lookup */
+	uint8_t phase;
+	uint8_t flags;
+	uint64_t hash;
+	uint64_t addr;  /* next record to read, or LK_FROM_INDEX */
+	uint32_t want;  /* bytes to read from addr's block (0: the default first read) */
+	uint64_t found; /* where the record was found (in the phase's log) */
+	uint64_t entry; /* the cold-index entry the cold walk started from */
+	size_t user;    /* the caller's index for this lookup */
 };
 
-/* Called once per lookup when it ends: rec is the found record (status 0, valid
- * only during the call), NULL otherwise. */
-typedef void (*disk_done_fn)(void *ctx, size_t i, int status, struct record *rec);
+/* Called exactly once per lookup as it ends. status 0: rec is the newest record of
+ * the key (a tombstone is possible), valid only during the call; in_memory says it
+ * lives in a log's ring (read its value with rec_read_value) rather than in a
+ * private I/O buffer. Otherwise rec is NULL and status is EMBER_ENOTFOUND or an
+ * error. */
+typedef void (*lookup_done_fn)(void *ctx, struct lookup *l, int status, struct record *rec,
+			       int in_memory);
+
+/* Statistics a session counts without atomics' cost (owner-only relaxed stores). */
+struct sess_stats {
+	_Atomic uint64_t reads[4];   /* served by: hot memory, hot disk, cold memory, cold disk */
+	_Atomic uint64_t ios;        /* disk reads issued */
+	_Atomic uint64_t io_bytes;   /* bytes those reads fetched */
+	_Atomic uint64_t user_reads; /* get / get_batch keys */
+	_Atomic uint64_t user_bytes; /* record bytes appended by user writes */
+	_Atomic uint64_t user_records;
+};
+enum { TIER_HOT_MEM, TIER_HOT_DISK, TIER_COLD_MEM, TIER_COLD_DISK };
+
+static inline void stat_add(_Atomic uint64_t *c, uint64_t n)
+{
+	/* relaxed load + store: only the owning thread writes, readers tolerate lag */
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
+			      memory_order_relaxed);
+}
 
 struct ember_session {
 	uint32_t magic;
@@ -64,12 +105,19 @@ struct ember_session {
 	size_t scratch_cap;
 	uint8_t *oldbuf; /* rmw input read from disk */
 	size_t oldbuf_cap;
+	uint8_t *rbuf; /* read_record_sync: EM_IO_ALIGN-aligned */
+	size_t rbuf_cap;
+	uint64_t rchunk; /* chunk-log address of the chunk copy rbuf holds (0: none) */
 	uint64_t *bhash; /* get_batch: per-key hash and address */
 	uint64_t *baddr;
-	struct disk_lookup *blk;
+	struct lookup *blk;
 	size_t bcap;
+	struct sess_stats st;
+	int internal; /* the compactor's own session: not counted as open */
 	struct ember_session *next_all;
 };
+
+struct compactor;
 
 struct ember_db {
 	uint32_t magic;
@@ -80,7 +128,17 @@ struct ember_db {
 	struct hash_index index;
 	struct em_file hot_file;
 	struct hlog *hot;
-	uint64_t max_record; /* largest record the hot log accepts */
+	struct em_file cold_file;
+	struct hlog *cold;
+	struct em_file chunk_file;
+	struct hlog *chunks;
+	struct cold_index cidx;
+	uint64_t max_record;      /* largest record the hot log accepts */
+	uint64_t cold_max_record; /* and the cold log */
+	uint64_t hot_budget;      /* disk budgets (bytes of log between begin and tail) */
+	uint64_t cold_budget;
+	uint64_t chunk_budget;
+	struct compactor *comp;
 	pthread_mutex_t sess_mu;
 	struct ember_session *sessions; /* every session ever opened */
 	uint32_t open_sessions;
@@ -127,12 +185,66 @@ static inline struct record *trace_mem(struct hlog *l, uint64_t addr, const void
 /* Copy a record's value out under its sequence lock (get semantics). */
 int rec_read_value(struct record *r, void *buf, size_t cap, size_t *vlen);
 
-/* Chase n lookups on disk with as many reads in flight as the ring allows; done
- * is called exactly once for each. The caller must not be protected. Returns 0, or
- * a ring error: then every unfinished lookup got that error, and the session
- * reports EMBER_EIO for every later disk read (its ring is in an unknown state). */
-int disk_lookups(ember_session *s, struct disk_lookup *lk, size_t n, disk_done_fn done,
-		 void *ctx);
+/*
+ * Run n lookups to the end, with as many reads in flight as the ring allows (all
+ * tiers together). Each lookup starts at its phase and addr (LK_HOT with
+ * LK_FROM_INDEX: from the hot index). The caller must not be protected. done is
+ * called exactly once per lookup. Returns 0, or a ring error: then every unfinished
+ * lookup got that error and the session answers EMBER_EIO for later disk reads.
+ */
+int lookups_run(ember_session *s, struct lookup *lk, size_t n, lookup_done_fn done, void *ctx);
+
+/* Copy a found record's value (get semantics: tombstone -> EMBER_ENOTFOUND). */
+static inline int lookup_copy_value(struct record *rec, int in_memory, void *buf, size_t cap,
+				    size_t *vlen)
+{
+	if (in_memory)
+		return rec_read_value(rec, buf, cap, vlen);
+	if (rec_header(rec) & REC_TOMBSTONE)
+		return EMBER_ENOTFOUND;
+	uint32_t n = atomic_load_explicit(&rec->val_len, memory_order_relaxed); /* private */
+	*vlen = n;
+	if (n > cap)
+		return EMBER_ERANGE;
+	if (n)
+		memcpy(buf, rec_value(rec), n);
+	return 0;
+}
+
+/* One read through the session's ring (idle outside lookups_run). Returns the
+ * bytes read or an error. */
+int session_read_sync(ember_session *s, struct em_file *f, void *buf, uint32_t len,
+		      uint64_t off);
+
+/* Read the record at addr of log (file f) into s->rbuf and check it (lengths,
+ * checksum). Caller unprotected. Returns 0 with *out, EMBER_EAGAIN when addr fell
+ * below the log's begin meanwhile (the record moved), EMBER_ECORRUPT, or -errno. */
+int read_record_sync(ember_session *s, struct hlog *log, struct em_file *f, uint64_t addr,
+		     uint64_t max_record, struct record **out);
+
+/* The cold-index entry for hash (0: empty). Caller protected; may leave and
+ * re-enter the epoch to read a chunk from disk. */
+int cold_entry_get(ember_session *s, uint64_t hash, uint64_t *entry);
+
+/* Compare-and-swap the cold-index entry for hash. Caller protected (may leave and
+ * re-enter the epoch). Returns 0, 1 on a mismatch (*actual = the current value),
+ * or an error. */
+int cold_chunk_cas(ember_session *s, uint64_t hash, uint64_t expected, uint64_t desired,
+		   uint64_t *actual);
+
+#define COLD_ANY UINT64_MAX
+/* Append a copy of src (key, value, tombstone) to the cold log as the newest record
+ * of its chain. expected == COLD_ANY: link it whatever the chain holds (retrying
+ * on races). Otherwise only if the chain's entry still equals expected: returns 1,
+ * nothing linked, when it changed. Caller protected. Returns 0, 1, or an error. */
+int cold_insert(ember_session *s, uint64_t hash, struct record *src, uint64_t expected);
+
+/* Create a session (internal: the library's own, not counted as open). */
+int session_create(ember_db *db, int internal, ember_session **out);
+/* Release a session's resources and mark it closed (stays allocated). */
+void session_destroy(ember_session *s);
+/* Free every session of db (at ember_close). */
+void sessions_free(ember_db *db);
 
 /* Grow a session buffer to at least need bytes (content not kept). */
 int session_buf_reserve(uint8_t **buf, size_t *cap, size_t need);

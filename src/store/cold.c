@@ -1,0 +1,281 @@
+/*
+ * cold.c - the cold tier's writes: cold-index entry updates (the chunk CAS) and
+ * appends to the cold log; and the synchronous record read they share with
+ * compaction. Design notes of the cold index are in index/cold_index.h.
+ *
+ * Why cold_insert(expected) never loses a newer write: every record of a chain is
+ * linked by a CAS of the chain's one entry. If the CAS from expected succeeds,
+ * nothing was linked into that chain since the caller observed expected, so a
+ * record the caller judged live (newest of its key below expected) still is.
+ */
+#include "store/store_int.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "core/alloc.h"
+
+struct sync_read {
+	int res;
+	int done;
+};
+
+static void sync_read_done(void *ctx, uint64_t ud, int res)
+{
+	(void)ud;
+	struct sync_read *r = ctx;
+	r->res = res;
+	r->done = 1;
+}
+
+int session_read_sync(ember_session *s, struct em_file *f, void *buf, uint32_t len,
+			  uint64_t off)
+{
+	if (s->ring_broken)
+		return EMBER_EIO;
+	struct sync_read r = {0, 0};
+	int rc = em_ring_read(&s->ring, f, buf, len, off, 0);
+	if (rc == 0)
+		rc = em_ring_submit(&s->ring);
+	while (rc == 0 && !r.done) {
+		rc = em_ring_reap(&s->ring, 1, sync_read_done, &r);
+		rc = rc < 0 ? rc : 0;
+	}
+	if (rc < 0) {
+		s->ring_broken = 1;
+		return rc;
+	}
+	stat_add(&s->st.ios, 1);
+	stat_add(&s->st.io_bytes, len);
+	return r.res;
+}
+
+int read_record_sync(ember_session *s, struct hlog *log, struct em_file *f, uint64_t addr,
+		     uint64_t max_record, struct record **out)
+{
+	uint64_t want = FIRST_READ_MIN;
+	for (int attempt = 0; attempt < 2; attempt++) {
+		uint64_t off = em_align_down(addr, EM_IO_ALIGN);
+		uint64_t len = em_align_up(addr + want - off, EM_IO_ALIGN);
+		if (len > UINT32_MAX - EM_IO_ALIGN)
+			return EMBER_ECORRUPT;
+		s->rchunk = 0; /* rbuf is about to hold something else */
+		int rc = session_buf_reserve(&s->rbuf, &s->rbuf_cap, len);
+		if (rc < 0)
+			return rc;
+		int res = session_read_sync(s, f, s->rbuf, (uint32_t)len, off);
+		if (res < 0)
+			return res;
+		uint64_t pos = addr - off;
+		struct record *r = (struct record *)(void *)(s->rbuf + pos);
+		int bad = pos + REC_HDR_SIZE > (uint64_t)res;
+		if (!bad) {
+			uint32_t vlen = atomic_load_explicit(&r->val_len, memory_order_relaxed);
+			bad = r->key_len == 0 || r->key_len > EMBER_MAX_KEY_LEN || (r->val_cap & 7) ||
+			      r->val_cap > max_record || vlen > r->val_cap;
+		}
+		if (!bad && pos + rec_total_size(r) > (uint64_t)res) {
+			if ((uint64_t)res == len && attempt == 0) {
+				want = rec_total_size(r);
+				continue;
+			}
+			bad = 1;
+		}
+		if (!bad && r->checksum != rec_checksum(r))
+			bad = 1;
+		if (bad)
+			return addr < hlog_load(&log->begin) ? EMBER_EAGAIN : EMBER_ECORRUPT;
+		*out = r;
+		return 0;
+	}
+	return EMBER_ECORRUPT;
+}
+
+/* The chunk record currently at ca, readable (memory, or a private copy read from
+ * disk into s->rbuf). may_wait: the caller holds no unpublished record, so the
+ * epoch may be left for the read. Caller protected. Returns 0, EMBER_EAGAIN (the
+ * table moved on, or a read would be needed and !may_wait) or an error. */
+static int chunk_fetch(ember_session *s, uint64_t chunk, uint64_t ca, int may_wait,
+		       struct record **out)
+{
+	struct ember_db *db = s->db;
+	struct cold_index *ci = &db->cidx;
+	if (ca >= hlog_load(&db->chunks->head)) {
+		*out = hlog_rec(db->chunks, ca);
+		return 0;
+	}
+	if (s->rchunk == ca) {
+		*out = (struct record *)(void *)(s->rbuf + (ca - em_align_down(ca, EM_IO_ALIGN)));
+		return 0;
+	}
+	if (!may_wait)
+		return EMBER_EAGAIN;
+	epoch_unprotect(db->ep, s->slot);
+	struct record *r;
+	int rc = read_record_sync(s, db->chunks, &db->chunk_file, ca, db->max_record, &r);
+	epoch_protect(db->ep, s->slot);
+	if (rc == EMBER_EAGAIN || ci_table_load(ci, chunk) != ca)
+		return EMBER_EAGAIN;
+	if (rc < 0)
+		return rc;
+	if (!ci_chunk_ok(ci, r, chunk))
+		return EMBER_ECORRUPT;
+	s->rchunk = ca;
+	*out = r;
+	return 0;
+}
+
+int cold_entry_get(ember_session *s, uint64_t hash, uint64_t *entry)
+{
+	struct cold_index *ci = &s->db->cidx;
+	uint64_t chunk = ci_chunk_of(ci, hash);
+	for (;;) {
+		uint64_t ca = ci_table_load(ci, chunk);
+		if (!ca) {
+			*entry = 0;
+			return 0;
+		}
+		struct record *r;
+		int rc = chunk_fetch(s, chunk, ca, 1, &r);
+		if (rc == EMBER_EAGAIN)
+			continue;
+		if (rc < 0)
+			return rc;
+		*entry = ci_entry(ci, r, hash);
+		return 0;
+	}
+}
+
+#define CAS_AGAIN 2      /* nothing changed: try again */
+#define CAS_WAIT_LOG 3   /* the chunk log has no room: wait for it, then again */
+
+/* One attempt at the chunk CAS (see cold_index.h, notes 2-3). may_wait as in
+ * chunk_fetch. Returns 0, 1 (mismatch, *actual set), CAS_AGAIN, CAS_WAIT_LOG, or
+ * an error. */
+static int chunk_cas_once(ember_session *s, uint64_t hash, uint64_t expected, uint64_t desired,
+			  uint64_t *actual, int may_wait)
+{
+	struct ember_db *db = s->db;
+	struct cold_index *ci = &db->cidx;
+	struct hlog *log = db->chunks;
+	uint64_t chunk = ci_chunk_of(ci, hash);
+	uint32_t slot = ci_slot_of(ci, hash);
+	uint64_t ca = ci_table_load(ci, chunk);
+	struct record *src = NULL;
+	if (ca) {
+		if (ca >= hlog_load(&log->read_only)) {
+			uint64_t cur = expected;
+			/* acq_rel: the cold record is visible before the entry names it */
+			if (atomic_compare_exchange_strong_explicit(&ci_words(hlog_rec(log, ca))[slot],
+								    &cur, desired, memory_order_acq_rel,
+								    memory_order_acquire))
+				return 0;
+			*actual = cur;
+			return 1;
+		}
+		if (ca >= hlog_load(&log->safe_read_only)) {
+			if (may_wait)
+				epoch_refresh(db->ep, s->slot); /* fuzzy region: let it settle */
+			return CAS_AGAIN;
+		}
+		int rc = chunk_fetch(s, chunk, ca, may_wait, &src);
+		if (rc == EMBER_EAGAIN)
+			return CAS_AGAIN;
+		if (rc < 0)
+			return rc;
+	}
+	uint64_t cur = src ? ci_entry(ci, src, hash) : 0;
+	if (cur != expected) {
+		*actual = cur;
+		return 1;
+	}
+	uint64_t size = rec_size(8, ci->chunk_bytes);
+	uint64_t na = hlog_alloc(log, size);
+	if (!na)
+		return CAS_WAIT_LOG;
+	struct record *nr = hlog_rec(log, na);
+	rec_init(nr, 0, 0, &chunk, 8, NULL, 0, ci->chunk_bytes);
+	atomic_store_explicit(&nr->val_len, ci->chunk_bytes, memory_order_relaxed); /* unpublished */
+	_Atomic uint64_t *dst = ci_words(nr);
+	for (uint32_t i = 0; i < ci->entries; i++) {
+		/* relaxed: src is immutable (read-only region or a private copy) */
+		uint64_t w = src ? atomic_load_explicit(&ci_words(src)[i], memory_order_relaxed) : 0;
+		atomic_store_explicit(&dst[i], i == slot ? desired : w, memory_order_relaxed);
+	}
+	uint64_t expect_ca = ca;
+	/* release: the new chunk copy is visible before the table names it */
+	if (atomic_compare_exchange_strong_explicit(&ci->table[chunk], &expect_ca, na,
+						    memory_order_release, memory_order_relaxed))
+		return 0;
+	/* relaxed: never published */
+	atomic_fetch_or_explicit(&nr->header, REC_INVALID, memory_order_relaxed);
+	return CAS_AGAIN;
+}
+
+static int wait_chunk_log(ember_session *s)
+{
+	struct cold_index *ci = &s->db->cidx;
+	return hlog_wait(s->db->chunks, rec_size(8, ci->chunk_bytes), s->slot);
+}
+
+int cold_chunk_cas(ember_session *s, uint64_t hash, uint64_t expected, uint64_t desired,
+		   uint64_t *actual)
+{
+	for (;;) {
+		int rc = chunk_cas_once(s, hash, expected, desired, actual, 1);
+		if (rc == CAS_AGAIN)
+			continue;
+		if (rc == CAS_WAIT_LOG) {
+			rc = wait_chunk_log(s);
+			if (rc)
+				return rc;
+			continue;
+		}
+		return rc;
+	}
+}
+
+int cold_insert(ember_session *s, uint64_t hash, struct record *src, uint64_t expected)
+{
+	struct ember_db *db = s->db;
+	struct hlog *cold = db->cold;
+	uint32_t vlen = atomic_load_explicit(&src->val_len, memory_order_relaxed); /* immutable */
+	uint32_t cap = rec_cap_for(vlen);
+	uint64_t size = rec_size(src->key_len, cap);
+	uint64_t flags = rec_header(src) & REC_TOMBSTONE;
+	for (;;) {
+		/* read the entry first: this may leave the epoch; nothing is held yet */
+		uint64_t e;
+		int rc = cold_entry_get(s, hash, &e);
+		if (rc < 0)
+			return rc;
+		if (expected != COLD_ANY && e != expected)
+			return 1;
+		uint64_t na = hlog_alloc(cold, size);
+		if (!na) {
+			rc = hlog_wait(cold, size, s->slot);
+			if (rc)
+				return rc;
+			continue;
+		}
+		/* from here until the CAS the new record is unpublished: never leave the
+		 * epoch (the log would flush it, or reuse its memory) */
+		struct record *nr = hlog_rec(cold, na);
+		rec_init(nr, e, flags, rec_key(src), src->key_len, rec_value(src), vlen, cap);
+		uint64_t actual;
+		rc = chunk_cas_once(s, hash, e, na, &actual, 0);
+		if (rc == 0)
+			return 0;
+		/* relaxed: never published */
+		atomic_fetch_or_explicit(&nr->header, REC_INVALID, memory_order_relaxed);
+		if (rc == 1 && expected != COLD_ANY)
+			return 1;
+		if (rc == CAS_WAIT_LOG) {
+			rc = wait_chunk_log(s);
+			if (rc)
+				return rc;
+		} else if (rc < 0) {
+			return rc;
+		}
+	}
+}

@@ -1,0 +1,545 @@
+/*
+ * compact.c - lookup-based compaction (hot->cold, cold->cold, chunk log) and its
+ * background thread.
+ *
+ * Design notes
+ * ------------
+ * A pass scans the oldest part of one log, [begin, until) with until at or below
+ * the log's head (that part is on disk only), record by record, in groups.
+ *
+ *  1. Liveness: a record R of key K at address a is live iff the newest record of K
+ *     in R's log is R: a lookup restricted to that log (LK_HOT_ONLY for the hot log,
+ *     LK_COLD_ONLY for the cold log) finds K first at a. Anything newer of K above
+ *     a makes R dead; a chain that never reaches a (R was never linked) too.
+ *  2. Hot->cold: live records and live tombstones are appended to the cold log as
+ *     the newest of their cold chain (cold_insert, COLD_ANY). A newer hot version of
+ *     K written meanwhile shadows the copy (reads look at the hot log first), and it
+ *     can only reach the cold log in a later pass, after this copy: cold chains keep
+ *     versions in order.
+ *  3. Cold->cold: live records are re-appended at the cold tail only if the chain's
+ *     entry is still the one the liveness lookup started from (cold_insert with
+ *     expected): if anything was linked into the chain meanwhile, liveness is
+ *     decided again. Live tombstones are dropped: every older record of K lies
+ *     below them, inside the range being discarded.
+ *  4. Chunk log: a chunk copy at a is live iff the cold table points to a; it is
+ *     copied to the tail and linked by CAS on the table (a lost race means a newer
+ *     copy exists: fine).
+ *  5. Only after every live record of [begin, new_begin) has a copy does begin move
+ *     (atomic max). Readers that still chase an address below the new begin find
+ *     the record gone (or the space released) and restart from the index
+ *     (lookup.c, note 2); so after one epoch the space is released with a
+ *     punch-hole, and hot index entries pointing below begin are cleared by CAS
+ *     (a concurrent writer's CAS on the same entry wins or loses cleanly).
+ *
+ * Triggers: a log's used size is tail - begin. A pass starts when it passes
+ * trigger (80%) of its budget and compacts down to 60%; a user write that finds
+ * the hot or cold log past 100% runs passes itself (compact_assist), so disk use
+ * stays bounded even when the background thread falls behind.
+ */
+#include "store/compact.h"
+
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/alloc.h"
+#include "core/hash.h"
+#include "store/store_int.h"
+
+#define GROUP 256
+#define WINDOW (4u << 20)
+#define TRIGGER 0.8
+#define TARGET 0.6
+
+struct cand {
+	uint64_t addr;
+	struct record *rec;
+	uint64_t hash;
+	uint64_t entry;
+	int live;
+};
+
+struct scan {
+	ember_session *s;
+	struct hlog *log;
+	struct em_file *f;
+	uint64_t max_record;
+	struct compactor *c;
+	uint64_t off, len; /* the window holds file bytes [off, off + len) */
+};
+
+static int window_fill(struct scan *sc, uint64_t x, uint64_t want)
+{
+	struct compactor *c = sc->c;
+	uint64_t off = em_align_down(x, EM_IO_ALIGN);
+	uint64_t len = em_align_up(x + want - off, EM_IO_ALIGN);
+	if (len > c->cap) {
+		uint8_t *b = em_alloc_aligned(EM_IO_ALIGN, len);
+		if (!b)
+			return EMBER_ENOMEM;
+		em_free(c->buf, c->cap);
+		c->buf = b;
+		c->cap = len;
+	}
+	int res = session_read_sync(sc->s, sc->f, c->buf, (uint32_t)len, off);
+	if (res < 0)
+		return res;
+	sc->off = off;
+	sc->len = (uint64_t)res;
+	return 0;
+}
+
+/* The next record at or after *a and below until. Returns 1 (record in *out at
+ * address *a), 0 (range done; *a = where the next record would start), 2 (the
+ * window must move: process pending candidates first, then call again with
+ * may_move), or an error. */
+static int scan_next(struct scan *sc, uint64_t *a, uint64_t until, int may_move,
+		     struct record **out)
+{
+	uint64_t x = hlog_skip_gap(sc->log, *a);
+	*a = x;
+	if (x >= until)
+		return 0;
+	for (int tries = 0;; tries++) {
+		int have_hdr = x >= sc->off && x + REC_HDR_SIZE <= sc->off + sc->len;
+		struct record *r = (struct record *)(void *)(sc->c->buf + (x - sc->off));
+		uint64_t size = have_hdr ? rec_total_size(r) : 0;
+		if (have_hdr && x + size <= sc->off + sc->len) {
+			int filler = (rec_header(r) & REC_FILLER) != 0;
+			uint32_t vlen = atomic_load_explicit(&r->val_len, memory_order_relaxed);
+			if ((!filler && (r->key_len == 0 || r->key_len > EMBER_MAX_KEY_LEN)) ||
+			    r->val_cap > sc->max_record || vlen > r->val_cap || r->checksum != rec_checksum(r))
+				return EMBER_ECORRUPT;
+			*out = r;
+			return 1;
+		}
+		if (tries > 1)
+			return EMBER_ECORRUPT; /* the file ends inside a record below head */
+		if (!may_move)
+			return 2;
+		if (have_hdr && size > sc->max_record + REC_HDR_SIZE)
+			return EMBER_ECORRUPT;
+		int rc = window_fill(sc, x, size + EM_IO_ALIGN > WINDOW ? size + EM_IO_ALIGN : WINDOW);
+		if (rc < 0)
+			return rc;
+	}
+}
+
+struct live_ctx {
+	struct cand *cand;
+	int phase;
+};
+
+static void live_done(void *ctx, struct lookup *l, int status, struct record *rec, int in_memory)
+{
+	(void)rec;
+	(void)in_memory;
+	struct live_ctx *lc = ctx;
+	struct cand *c = &lc->cand[l->user];
+	c->live = status == 0 && l->phase == lc->phase && l->found == c->addr;
+	c->entry = l->entry;
+}
+
+/* Decide liveness of every candidate (all lookups in flight together). */
+static int group_liveness(ember_session *s, struct cand *cand, size_t n, int kind,
+			  struct lookup *lk)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct record *r = cand[i].rec;
+		lk[i] = (struct lookup){.key = rec_key(r),
+					.klen = r->key_len,
+					.phase = kind == COMPACT_HOT ? LK_HOT : LK_COLD,
+					.flags = kind == COMPACT_HOT ? LK_HOT_ONLY : LK_COLD_ONLY,
+					.hash = cand[i].hash,
+					.addr = LK_FROM_INDEX,
+					.user = i};
+		cand[i].live = 0;
+	}
+	struct live_ctx lc = {cand, kind == COMPACT_HOT ? LK_HOT : LK_COLD};
+	return lookups_run(s, lk, n, live_done, &lc);
+}
+
+static int group_process(struct compactor *c, ember_session *s, struct cand *cand, size_t n,
+			 int kind, struct lookup *lk)
+{
+	struct ember_db *db = c->db;
+	int rc = group_liveness(s, cand, n, kind, lk);
+	if (rc < 0)
+		return rc;
+	for (size_t i = 0; i < n; i++) {
+		struct record *r = cand[i].rec;
+		for (int attempt = 0; cand[i].live; attempt++) {
+			if (kind == COMPACT_COLD && (rec_header(r) & REC_TOMBSTONE)) {
+				stat_add(&c->st.tombstones_dropped, 1);
+				break;
+			}
+			epoch_protect(db->ep, s->slot);
+			rc = cold_insert(s, cand[i].hash, r, kind == COMPACT_HOT ? COLD_ANY : cand[i].entry);
+			epoch_unprotect(db->ep, s->slot);
+			if (rc < 0)
+				return rc;
+			if (rc == 0) {
+				stat_add(&c->st.records_moved[kind], 1);
+				stat_add(&c->st.bytes_written[kind], rec_total_size(r));
+				break;
+			}
+			/* the cold chain changed under us: decide again for this one */
+			rc = group_liveness(s, &cand[i], 1, kind, lk);
+			if (rc < 0)
+				return rc;
+		}
+	}
+	return 0;
+}
+
+static int chunk_copy(struct compactor *c, ember_session *s, uint64_t a, struct record *r)
+{
+	struct ember_db *db = c->db;
+	struct cold_index *ci = &db->cidx;
+	uint64_t id;
+	memcpy(&id, rec_key(r), 8);
+	if (!ci_chunk_ok(ci, r, id & ci->chunk_mask) || ci_table_load(ci, id) != a)
+		return 0; /* dead (or not a chunk of this table) */
+	uint64_t size = rec_total_size(r);
+	epoch_protect(db->ep, s->slot);
+	uint64_t na;
+	int rc = 0;
+	while (!(na = hlog_alloc(db->chunks, size))) {
+		rc = hlog_wait(db->chunks, size, s->slot);
+		if (rc)
+			goto out;
+	}
+	struct record *nr = hlog_rec(db->chunks, na);
+	rec_init(nr, 0, 0, rec_key(r), 8, rec_value(r), ci->chunk_bytes, ci->chunk_bytes);
+	uint64_t expect = a;
+	/* release: the copy is visible before the table names it */
+	if (atomic_compare_exchange_strong_explicit(&ci->table[id], &expect, na, memory_order_release,
+						    memory_order_relaxed)) {
+		stat_add(&c->st.records_moved[COMPACT_CHUNKS], 1);
+		stat_add(&c->st.bytes_written[COMPACT_CHUNKS], size);
+	} else {
+		/* relaxed: never published */
+		atomic_fetch_or_explicit(&nr->header, REC_INVALID, memory_order_relaxed);
+	}
+out:
+	epoch_unprotect(db->ep, s->slot);
+	return rc;
+}
+
+static void epoch_wait_safe(struct ember_db *db)
+{
+	/* seq_cst: read the epoch before the bump that ends it */
+	uint64_t e = atomic_load(&db->ep->current);
+	epoch_bump(db->ep, NULL, NULL);
+	while (epoch_safe(db->ep) < e) {
+		epoch_drain(db->ep);
+		struct timespec ts = {0, 20000};
+		nanosleep(&ts, NULL);
+	}
+}
+
+static void clean_hot_index(struct ember_db *db, uint64_t begin)
+{
+	struct hash_index *hi = &db->index;
+	for (uint64_t b = 0; b < hi->nbuckets; b++) {
+		for (struct hi_bucket *k = &hi->table[b]; k;) {
+			for (int i = 0; i < HI_SLOTS; i++) {
+				/* relaxed: the CAS below re-validates */
+				uint64_t e = atomic_load_explicit(&k->entry[i], memory_order_relaxed);
+				if (e && !(e & (HI_TENTATIVE | HI_READCACHE)) && hi_entry_addr(e) < begin)
+					/* relaxed: a failed CAS means a writer got there first */
+					atomic_compare_exchange_strong_explicit(&k->entry[i], &e, 0,
+										memory_order_relaxed,
+										memory_order_relaxed);
+			}
+			/* acquire: see the overflow bucket's contents */
+			uint64_t id = atomic_load_explicit(&k->overflow, memory_order_acquire);
+			k = id ? &atomic_load_explicit(&hi->chunks[(id - 1) >> HI_CHUNK_BITS],
+						       memory_order_acquire)[(id - 1) & ((1u << HI_CHUNK_BITS) - 1)]
+			       : NULL;
+		}
+	}
+}
+
+static struct hlog *kind_log(struct ember_db *db, int kind)
+{
+	return kind == COMPACT_HOT ? db->hot : kind == COMPACT_COLD ? db->cold : db->chunks;
+}
+
+static uint64_t kind_budget(struct ember_db *db, int kind)
+{
+	return kind == COMPACT_HOT ? db->hot_budget : kind == COMPACT_COLD ? db->cold_budget
+									    : db->chunk_budget;
+}
+
+/* One pass over [begin, until) of one log. */
+static int compact_pass(struct compactor *c, ember_session *s, int kind, uint64_t until)
+{
+	struct ember_db *db = c->db;
+	struct hlog *log = kind_log(db, kind);
+	struct em_file *f = kind == COMPACT_HOT ? &db->hot_file
+			    : kind == COMPACT_COLD ? &db->cold_file : &db->chunk_file;
+	struct scan sc = {s, log, f, kind == COMPACT_COLD ? db->cold_max_record : db->max_record,
+			  c, 0, 0};
+	struct cand *cand = em_alloc(sizeof(*cand) * GROUP);
+	struct lookup *lk = em_alloc(sizeof(*lk) * GROUP);
+	int rc = 0;
+	if (!cand || !lk) {
+		rc = EMBER_ENOMEM;
+		goto out;
+	}
+	uint64_t begin = hlog_load(&log->begin);
+	uint64_t a = begin;
+	size_t n = 0;
+	for (;;) {
+		struct record *r = NULL;
+		rc = scan_next(&sc, &a, until, n == 0, &r);
+		if (rc == 2 || rc == 0) {
+			if (n && kind != COMPACT_CHUNKS) {
+				int prc = group_process(c, s, cand, n, kind, lk);
+				if (prc < 0) {
+					rc = prc;
+					break;
+				}
+			}
+			n = 0;
+			if (rc == 0)
+				break;
+			continue;
+		}
+		if (rc < 0)
+			break;
+		uint64_t size = rec_total_size(r);
+		stat_add(&c->st.records_scanned[kind], 1);
+		stat_add(&c->st.bytes_scanned[kind], size);
+		if (!(rec_header(r) & (REC_FILLER | REC_INVALID))) {
+			if (kind == COMPACT_CHUNKS) {
+				rc = chunk_copy(c, s, a, r);
+				if (rc < 0)
+					break;
+			} else {
+				cand[n++] = (struct cand){a, r, em_hash(rec_key(r), r->key_len), 0, 0};
+				if (n == GROUP) {
+					rc = group_process(c, s, cand, n, kind, lk);
+					if (rc < 0)
+						break;
+					n = 0;
+				}
+			}
+		}
+		a += size;
+	}
+	if (rc < 0)
+		goto out;
+	/* every live record of [begin, a) has its copy: drop the range */
+	if (a > begin) {
+		atomic_fetch_add_explicit(&c->st.passes[kind], 1, memory_order_relaxed); /* statistic */
+		uint64_t cur = hlog_load(&log->begin);
+		/* release: the copies happen before the range is given up */
+		while (cur < a && !atomic_compare_exchange_weak_explicit(&log->begin, &cur, a,
+									 memory_order_release,
+									 memory_order_relaxed))
+			;
+		epoch_wait_safe(db);
+		uint64_t from = em_align_up(begin, EM_IO_ALIGN), to = em_align_down(a, EM_IO_ALIGN);
+		if (to > from) {
+			int prc = em_io_punch(&s->ring, f, from, to - from);
+			if (prc < 0 && prc != -EOPNOTSUPP)
+				rc = prc;
+		}
+		if (kind == COMPACT_HOT)
+			clean_hot_index(db, a);
+	}
+out:
+	em_free(cand, 0);
+	em_free(lk, 0);
+	return rc;
+}
+
+int compact_over_hard_limit(struct ember_db *db)
+{
+	for (int kind = COMPACT_HOT; kind <= COMPACT_COLD; kind++) {
+		struct hlog *log = kind_log(db, kind);
+		uint64_t budget = kind_budget(db, kind);
+		if (budget && hlog_load(&log->tail) - hlog_load(&log->begin) > budget)
+			return 1;
+	}
+	return 0;
+}
+
+/* Where a pass over kind should stop, 0 if none is due. */
+static uint64_t pass_until(struct ember_db *db, int kind, int force)
+{
+	struct hlog *log = kind_log(db, kind);
+	uint64_t budget = kind_budget(db, kind);
+	uint64_t begin = hlog_load(&log->begin), tail = hlog_load(&log->tail);
+	uint64_t head = em_page_floor(hlog_load(&log->head), log->page_bits);
+	uint64_t used = tail - begin;
+	uint64_t until;
+	if (force) {
+		until = head;
+	} else {
+		if (!budget || (double)used < TRIGGER * (double)budget)
+			return 0;
+		until = begin + (used - (uint64_t)(TARGET * (double)budget));
+	}
+	if (until > head)
+		until = head;
+	return until > begin ? until : 0;
+}
+
+int compact_run(struct ember_db *db, ember_session *s, int kind, int force)
+{
+	struct compactor *c = db->comp;
+	int ran = 0;
+	pthread_mutex_lock(&c->pass_mu);
+	for (int k = COMPACT_HOT; k <= COMPACT_CHUNKS; k++) {
+		if (kind >= 0 && k != kind)
+			continue;
+		uint64_t until = pass_until(db, k, force);
+		if (!until)
+			continue;
+		int rc = compact_pass(c, s, k, until);
+		if (rc < 0) {
+			int expect = 0;
+			/* relaxed: a sticky flag */
+			atomic_compare_exchange_strong_explicit(&c->error, &expect, rc, memory_order_relaxed,
+								memory_order_relaxed);
+			pthread_mutex_unlock(&c->pass_mu);
+			return rc;
+		}
+		ran = 1;
+	}
+	pthread_mutex_unlock(&c->pass_mu);
+	return ran;
+}
+
+static void compactor_kick(struct compactor *c)
+{
+	pthread_mutex_lock(&c->mu);
+	c->kicked = 1;
+	pthread_cond_signal(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+}
+
+int compact_assist(ember_session *s)
+{
+	struct ember_db *db = s->db;
+	struct compactor *c = db->comp;
+	compactor_kick(c);
+	while (compact_over_hard_limit(db)) {
+		int err = atomic_load_explicit(&c->error, memory_order_relaxed); /* sticky flag */
+		if (err)
+			return err;
+		if (pthread_mutex_trylock(&c->pass_mu) == 0) {
+			pthread_mutex_unlock(&c->pass_mu);
+			stat_add(&c->st.assists, 1);
+			int rc = compact_run(db, s, -1, 0);
+			if (rc < 0)
+				return rc;
+			if (rc == 0 && compact_over_hard_limit(db)) {
+				/* nothing on disk to compact yet: let the log flush */
+				struct timespec ts = {0, 200000};
+				nanosleep(&ts, NULL);
+			}
+		} else {
+			struct timespec ts = {0, 200000};
+			nanosleep(&ts, NULL);
+		}
+	}
+	return 0;
+}
+
+static void *compactor_main(void *arg)
+{
+	struct compactor *c = arg;
+	struct ember_db *db = c->db;
+	for (;;) {
+		pthread_mutex_lock(&c->mu);
+		int stop = c->stop;
+		c->kicked = 0;
+		pthread_mutex_unlock(&c->mu);
+		if (stop)
+			break;
+		int ran = compact_run(db, c->s, -1, 0);
+		if (ran > 0)
+			continue;
+		pthread_mutex_lock(&c->mu);
+		if (!c->kicked && !c->stop) {
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += 5 * 1000 * 1000;
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+		}
+		pthread_mutex_unlock(&c->mu);
+	}
+	return NULL;
+}
+
+int compactor_start(struct ember_db *db)
+{
+	struct compactor *c = em_zalloc(sizeof(*c));
+	if (!c)
+		return EMBER_ENOMEM;
+	c->db = db;
+	int rc = session_create(db, 1, &c->s);
+	if (rc < 0)
+		goto undo_alloc;
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_cond_init(&c->cv, NULL);
+	pthread_mutex_init(&c->pass_mu, NULL);
+	db->comp = c;
+	rc = -pthread_create(&c->thread, NULL, compactor_main, c);
+	if (rc < 0)
+		goto undo_session;
+	c->started = 1;
+	return 0;
+undo_session:
+	db->comp = NULL;
+	pthread_mutex_destroy(&c->pass_mu);
+	pthread_cond_destroy(&c->cv);
+	pthread_mutex_destroy(&c->mu);
+	session_destroy(c->s);
+undo_alloc:
+	em_free(c, sizeof(*c));
+	return rc;
+}
+
+void compactor_stop(struct ember_db *db)
+{
+	struct compactor *c = db->comp;
+	if (!c)
+		return;
+	if (c->started) {
+		pthread_mutex_lock(&c->mu);
+		c->stop = 1;
+		pthread_cond_signal(&c->cv);
+		pthread_mutex_unlock(&c->mu);
+		pthread_join(c->thread, NULL);
+	}
+	session_destroy(c->s);
+	pthread_mutex_destroy(&c->pass_mu);
+	pthread_cond_destroy(&c->cv);
+	pthread_mutex_destroy(&c->mu);
+	em_free(c->buf, c->cap);
+	em_free(c, sizeof(*c));
+	db->comp = NULL;
+}
+
+int ember_compact(ember_db *db, int force)
+{
+	if (!db || db->magic != DB_MAGIC)
+		return EMBER_EINVAL;
+	ember_session *s;
+	int rc = session_create(db, 1, &s);
+	if (rc < 0)
+		return rc;
+	rc = compact_run(db, s, -1, force);
+	session_destroy(s);
+	return rc < 0 ? rc : 0;
+}

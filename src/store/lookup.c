@@ -1,0 +1,361 @@
+/*
+ * lookup.c - finding a key's newest record across the tiers, with many keys' disk
+ * reads in flight together.
+ *
+ * Read path of one key: hot index -> hot chain in memory -> hot chain on disk ->
+ * (chain ends below the hot log's begin) -> cold index table -> hash chunk (memory
+ * or one disk read) -> cold chain in memory -> cold chain on disk. A tombstone is a
+ * record like any other: the first record of the key on this path ends the search.
+ *
+ * Design notes
+ *  1. Memory steps run under epoch protection (lk_resolve); the thread leaves the
+ *     epoch while reads are in flight, so a slow disk never holds back the logs.
+ *  2. Every record read back is checked (sane lengths, a strictly descending chain,
+ *     its checksum). A failed check at an address that is now below its log's
+ *     begin is not corruption: compaction moved the record and released the space
+ *     while the read was in flight. The lookup then restarts from the hot index
+ *     (the moved record is reachable from there again); only a failed check above
+ *     begin reports EMBER_ECORRUPT.
+ *  3. A lookup's I/O slot is reused for its next read at once (chain hop or the
+ *     next phase), so lookups never queue behind each other for slots.
+ *  4. lookups_run calls done exactly once per lookup, even when the ring fails.
+ */
+#include "store/store_int.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/hash.h"
+
+struct lookup_run {
+	ember_session *s;
+	struct lookup *lk;
+	lookup_done_fn done;
+	void *ctx;
+};
+
+enum { LK_READ = 1, LK_FINISHED = 0 };
+
+static struct hlog *phase_log(struct ember_db *db, int phase)
+{
+	return phase == LK_HOT ? db->hot : phase == LK_CHUNK ? db->chunks : db->cold;
+}
+
+static struct em_file *phase_file(struct ember_db *db, int phase)
+{
+	return phase == LK_HOT ? &db->hot_file : phase == LK_CHUNK ? &db->chunk_file : &db->cold_file;
+}
+
+static void finish(struct lookup_run *run, struct lookup *l, int status, struct record *rec,
+		   int in_memory)
+{
+	run->done(run->ctx, l, status, rec, in_memory);
+}
+
+/* The cold part of the memory walk, from cold-chain address a. Caller protected. */
+static int lk_cold_walk(struct lookup_run *run, struct lookup *l, uint64_t a)
+{
+	struct ember_db *db = run->s->db;
+	uint64_t at;
+	l->entry = a;
+	struct record *r = a ? trace_mem(db->cold, a, l->key, l->klen, &at) : NULL;
+	if (r) {
+		l->phase = LK_COLD;
+		l->found = at;
+		stat_add(&run->s->st.reads[TIER_COLD_MEM], 1);
+		finish(run, l, 0, r, 1);
+		return LK_FINISHED;
+	}
+	if (!a || at < hlog_load(&db->cold->begin)) {
+		finish(run, l, EMBER_ENOTFOUND, NULL, 0);
+		return LK_FINISHED;
+	}
+	l->phase = LK_COLD;
+	l->addr = at;
+	return LK_READ;
+}
+
+/* Start the cold part: the key's chunk. Caller protected. */
+static int lk_cold_start(struct lookup_run *run, struct lookup *l)
+{
+	struct ember_db *db = run->s->db;
+	struct cold_index *ci = &db->cidx;
+	uint64_t ca = ci_table_load(ci, ci_chunk_of(ci, l->hash));
+	if (!ca) {
+		finish(run, l, EMBER_ENOTFOUND, NULL, 0);
+		return LK_FINISHED;
+	}
+	if (ca >= hlog_load(&db->chunks->head))
+		return lk_cold_walk(run, l, ci_entry(ci, hlog_rec(db->chunks, ca), l->hash));
+	l->phase = LK_CHUNK;
+	l->addr = ca;
+	return LK_READ;
+}
+
+/* Resolve as far as memory allows, from l->phase / l->addr. Caller protected.
+ * Returns LK_READ when l->addr of l->phase must be read next. */
+static int lk_resolve(struct lookup_run *run, struct lookup *l)
+{
+	struct ember_db *db = run->s->db;
+	if (l->phase == LK_HOT) {
+		uint64_t a = l->addr;
+		if (a == LK_FROM_INDEX) {
+			uint64_t e = 0;
+			a = hi_find(&db->index, l->hash, &e) ? hi_entry_addr(e) : 0;
+		}
+		uint64_t at;
+		struct record *r = trace_mem(db->hot, a, l->key, l->klen, &at);
+		if (r) {
+			l->found = at;
+			stat_add(&run->s->st.reads[TIER_HOT_MEM], 1);
+			finish(run, l, 0, r, 1);
+			return LK_FINISHED;
+		}
+		if (at >= EM_LOG_START && at >= hlog_load(&db->hot->begin)) {
+			l->addr = at;
+			return LK_READ;
+		}
+		if (l->flags & LK_HOT_ONLY) {
+			finish(run, l, EMBER_ENOTFOUND, NULL, 0);
+			return LK_FINISHED;
+		}
+		return lk_cold_start(run, l);
+	}
+	if (l->phase == LK_CHUNK && l->addr == LK_FROM_INDEX)
+		return lk_cold_start(run, l);
+	if (l->phase == LK_COLD && l->addr == LK_FROM_INDEX)
+		return lk_cold_start(run, l);
+	return LK_READ; /* a disk address of this phase is already set */
+}
+
+static int lk_restart(struct lookup_run *run, struct lookup *l)
+{
+	l->phase = (l->flags & LK_COLD_ONLY) ? LK_COLD : LK_HOT;
+	l->addr = LK_FROM_INDEX;
+	l->want = 0;
+	struct ember_db *db = run->s->db;
+	epoch_protect(db->ep, run->s->slot);
+	int r = lk_resolve(run, l);
+	epoch_unprotect(db->ep, run->s->slot);
+	return r;
+}
+
+static void slot_release(ember_session *s, uint32_t idx)
+{
+	struct io_slot *io = &s->io[idx];
+	io->busy = 0;
+	if (io->big) {
+		em_free(io->big, io->big_cap);
+		io->big = NULL;
+		io->big_cap = 0;
+	}
+	s->io_free[s->io_free_n++] = idx;
+}
+
+/* Queue the read of lookup li on I/O slot idx. */
+static int issue(ember_session *s, struct lookup *l, uint32_t idx, uint32_t li)
+{
+	struct io_slot *io = &s->io[idx];
+	uint64_t off = em_align_down(l->addr, EM_IO_ALIGN);
+	uint64_t end = l->addr + (l->want ? l->want : FIRST_READ_MIN);
+	uint64_t len = em_align_up(end - off, EM_IO_ALIGN);
+	if (len > UINT32_MAX - EM_IO_ALIGN)
+		return EMBER_ECORRUPT;
+	uint8_t *buf;
+	if (len <= IO_BUF_SIZE) {
+		if (!io->buf) {
+			io->buf = em_alloc_aligned(EM_IO_ALIGN, IO_BUF_SIZE);
+			if (!io->buf)
+				return EMBER_ENOMEM;
+		}
+		buf = io->buf;
+	} else {
+		if (io->big_cap < len) {
+			em_free(io->big, io->big_cap);
+			io->big_cap = 0;
+			io->big = em_alloc_aligned(EM_IO_ALIGN, len);
+			if (!io->big)
+				return EMBER_ENOMEM;
+			io->big_cap = (uint32_t)len;
+		}
+		buf = io->big;
+	}
+	io->cur = buf;
+	io->busy = 1;
+	io->lookup = li;
+	io->off = off;
+	io->len = (uint32_t)len;
+	stat_add(&s->st.ios, 1);
+	stat_add(&s->st.io_bytes, len);
+	return em_ring_read(&s->ring, phase_file(s->db, l->phase), buf, (uint32_t)len, off, idx);
+}
+
+/* After a memory step: read again on the same slot, or release it. */
+static void continue_or_release(struct lookup_run *run, struct lookup *l, uint32_t idx,
+				uint32_t li, int next)
+{
+	if (next == LK_READ) {
+		int rc = issue(run->s, l, idx, li);
+		if (rc == 0)
+			return;
+		finish(run, l, rc, NULL, 0);
+	}
+	slot_release(run->s, idx);
+}
+
+/* A record read back failed its checks: corruption, or compaction moved it. */
+static int bad_record(struct lookup_run *run, struct lookup *l)
+{
+	struct hlog *log = phase_log(run->s->db, l->phase);
+	if (l->addr < hlog_load(&log->begin))
+		return lk_restart(run, l);
+	if (l->phase == LK_CHUNK) {
+		/* a newer copy of the chunk may have replaced this one: re-read the table */
+		struct cold_index *ci = &run->s->db->cidx;
+		if (ci_table_load(ci, ci_chunk_of(ci, l->hash)) != l->addr)
+			return lk_restart(run, l);
+	}
+	finish(run, l, EMBER_ECORRUPT, NULL, 0);
+	return LK_FINISHED;
+}
+
+/* What a read brought back. */
+static void on_read(struct lookup_run *run, uint32_t idx, int res)
+{
+	ember_session *s = run->s;
+	struct ember_db *db = s->db;
+	struct io_slot *io = &s->io[idx];
+	uint32_t li = io->lookup;
+	struct lookup *l = &run->lk[li];
+	uint8_t *buf = io->cur;
+	int next;
+	if (res < 0) {
+		finish(run, l, res, NULL, 0);
+		slot_release(s, idx);
+		return;
+	}
+	uint64_t pos = l->addr - io->off;
+	uint64_t avail = (uint64_t)res;
+	uint64_t max_record = l->phase == LK_COLD ? db->cold_max_record : db->max_record;
+	struct record *r = (struct record *)(void *)(buf + pos);
+	if (pos + REC_HDR_SIZE > avail) {
+		next = bad_record(run, l); /* the file ends before the record does */
+		goto out;
+	}
+	uint32_t vlen = atomic_load_explicit(&r->val_len, memory_order_relaxed); /* private */
+	if (r->key_len == 0 || r->key_len > EMBER_MAX_KEY_LEN || (r->val_cap & 7) ||
+	    r->val_cap > max_record || vlen > r->val_cap) {
+		next = bad_record(run, l);
+		goto out;
+	}
+	uint64_t size = rec_total_size(r);
+	if (pos + size > avail) {
+		if (avail < io->len || l->want >= size) {
+			next = bad_record(run, l); /* short read: the record is cut off */
+			goto out;
+		}
+		l->want = (uint32_t)size;
+		next = LK_READ;
+		goto out;
+	}
+	l->want = 0;
+	if (r->checksum != rec_checksum(r)) {
+		next = bad_record(run, l);
+		goto out;
+	}
+	if (l->phase == LK_CHUNK) {
+		struct cold_index *ci = &db->cidx;
+		if (!ci_chunk_ok(ci, r, ci_chunk_of(ci, l->hash))) {
+			next = bad_record(run, l);
+			goto out;
+		}
+		uint64_t e = ci_entry(ci, r, l->hash);
+		epoch_protect(db->ep, s->slot);
+		next = lk_cold_walk(run, l, e);
+		epoch_unprotect(db->ep, s->slot);
+		goto out;
+	}
+	if (rec_key_eq(r, l->key, l->klen)) {
+		l->found = l->addr;
+		stat_add(&s->st.reads[l->phase == LK_HOT ? TIER_HOT_DISK : TIER_COLD_DISK], 1);
+		finish(run, l, 0, r, 0);
+		next = LK_FINISHED;
+		goto out;
+	}
+	uint64_t prev = rec_prev(r);
+	if (prev >= l->addr) {
+		next = bad_record(run, l); /* chains only go down */
+		goto out;
+	}
+	struct hlog *log = phase_log(db, l->phase);
+	if (prev >= EM_LOG_START && prev >= hlog_load(&log->begin)) {
+		l->addr = prev;
+		next = LK_READ;
+		goto out;
+	}
+	/* this chain ends here */
+	if (l->phase == LK_HOT && !(l->flags & LK_HOT_ONLY)) {
+		epoch_protect(db->ep, s->slot);
+		next = lk_cold_start(run, l);
+		epoch_unprotect(db->ep, s->slot);
+	} else {
+		finish(run, l, EMBER_ENOTFOUND, NULL, 0);
+		next = LK_FINISHED;
+	}
+out:
+	continue_or_release(run, l, idx, li, next);
+}
+
+static void on_cqe(void *ctx, uint64_t ud, int res) { on_read(ctx, (uint32_t)ud, res); }
+
+int lookups_run(ember_session *s, struct lookup *lk, size_t n, lookup_done_fn done, void *ctx)
+{
+	struct lookup_run run = {s, lk, done, ctx};
+	struct ember_db *db = s->db;
+	size_t next = 0;
+	int rc = 0;
+	if (s->ring_broken) {
+		for (size_t i = 0; i < n; i++)
+			finish(&run, &lk[i], EMBER_EIO, NULL, 0);
+		return EMBER_EIO;
+	}
+	while (next < n || s->ring.inflight > 0) {
+		while (next < n && s->io_free_n > 0) {
+			struct lookup *l = &lk[next];
+			l->want = 0;
+			epoch_protect(db->ep, s->slot);
+			int step = lk_resolve(&run, l);
+			epoch_unprotect(db->ep, s->slot);
+			if (step == LK_READ) {
+				uint32_t idx = s->io_free[--s->io_free_n];
+				int ir = issue(s, l, idx, (uint32_t)next);
+				if (ir < 0) {
+					slot_release(s, idx);
+					finish(&run, l, ir, NULL, 0);
+				}
+			}
+			next++;
+		}
+		if (s->ring.inflight == 0)
+			continue;
+		rc = em_ring_submit(&s->ring);
+		if (rc < 0)
+			break;
+		rc = em_ring_reap(&s->ring, 1, on_cqe, &run);
+		if (rc < 0)
+			break;
+		rc = 0;
+	}
+	if (rc < 0) {
+		/* the ring failed: fail the reads in flight and what is left; their slots
+		 * stay busy, since the kernel may still write into their buffers */
+		s->ring_broken = 1;
+		for (uint32_t i = 0; i < s->io_n; i++)
+			if (s->io[i].busy)
+				finish(&run, &lk[s->io[i].lookup], rc, NULL, 0);
+		while (next < n)
+			finish(&run, &lk[next++], rc, NULL, 0);
+	}
+	return rc;
+}

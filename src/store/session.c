@@ -1,0 +1,168 @@
+/*
+ * session.c - sessions: a thread's handle with its epoch slot, io_uring ring, I/O
+ * slots and scratch buffers.
+ *
+ * Lifetime: a session is allocated by session_create and listed in db->sessions
+ * until ember_close frees them all; closing one only releases its resources and
+ * marks it closed, so a stale handle is detected (EMBER_ESTATE). Internal sessions
+ * (the compactor's) are not counted against EMBER_MAX_SESSIONS nor as open.
+ */
+#include "store/store_int.h"
+
+#include <string.h>
+
+#include "core/alloc.h"
+
+static void session_release(struct ember_session *s)
+{
+	if (s->io) {
+		em_ring_exit(&s->ring); /* first: no read in flight writes into a freed buffer */
+		for (uint32_t i = 0; i < s->io_n; i++) {
+			em_free(s->io[i].buf, IO_BUF_SIZE);
+			em_free(s->io[i].big, s->io[i].big_cap);
+		}
+		em_free(s->io, 0);
+	}
+	em_free(s->io_free, 0);
+	em_ring_exit(&s->ring);
+	em_free(s->scratch, s->scratch_cap);
+	em_free(s->oldbuf, s->oldbuf_cap);
+	em_free(s->rbuf, s->rbuf_cap);
+	s->rbuf = NULL;
+	s->rbuf_cap = 0;
+	s->rchunk = 0;
+	em_free(s->bhash, 0);
+	em_free(s->baddr, 0);
+	em_free(s->blk, 0);
+	s->io = NULL;
+	s->io_free = NULL;
+	s->scratch = s->oldbuf = NULL;
+	s->bhash = s->baddr = NULL;
+	s->blk = NULL;
+	s->scratch_cap = s->oldbuf_cap = s->bcap = 0;
+	if (s->slot >= 0)
+		epoch_unregister(s->db->ep, s->slot);
+	s->slot = -1;
+}
+
+int session_create(ember_db *db, int internal, ember_session **out)
+{
+	int rc;
+	*out = NULL;
+	struct ember_session *s = em_zalloc(sizeof(*s));
+	if (!s)
+		return EMBER_ENOMEM;
+	s->db = db;
+	s->slot = -1;
+	s->internal = internal;
+	pthread_mutex_lock(&db->sess_mu);
+	if (!internal && db->open_sessions >= EMBER_MAX_SESSIONS) {
+		pthread_mutex_unlock(&db->sess_mu);
+		em_free(s, sizeof(*s));
+		return EMBER_ENOSPC;
+	}
+	if (!internal)
+		db->open_sessions++;
+	s->next_all = db->sessions;
+	db->sessions = s;
+	pthread_mutex_unlock(&db->sess_mu);
+
+	s->slot = epoch_register(db->ep);
+	if (s->slot < 0) {
+		rc = EMBER_ENOSPC;
+		goto undo;
+	}
+	uint32_t qd = db->opts.io_queue_depth;
+	rc = em_ring_init(&s->ring, qd);
+	if (rc < 0)
+		goto undo;
+	s->io = em_zalloc(sizeof(*s->io) * qd);
+	s->io_free = em_alloc(sizeof(*s->io_free) * qd);
+	if (!s->io || !s->io_free) {
+		rc = EMBER_ENOMEM;
+		goto undo;
+	}
+	s->io_n = qd;
+	for (uint32_t i = 0; i < qd; i++)
+		s->io_free[i] = qd - 1 - i;
+	s->io_free_n = qd;
+	rc = session_buf_reserve(&s->scratch, &s->scratch_cap, 4096);
+	if (rc < 0)
+		goto undo;
+	s->magic = SESSION_MAGIC;
+	s->open = 1;
+	*out = s;
+	return 0;
+
+undo:
+	session_release(s);
+	s->magic = SESSION_MAGIC; /* stays listed (closed) until ember_close frees it */
+	if (!internal) {
+		pthread_mutex_lock(&db->sess_mu);
+		db->open_sessions--;
+		pthread_mutex_unlock(&db->sess_mu);
+	}
+	return rc;
+}
+
+void session_destroy(ember_session *s)
+{
+	struct ember_db *db = s->db;
+	s->open = 0;
+	session_release(s);
+	if (!s->internal) {
+		pthread_mutex_lock(&db->sess_mu);
+		db->open_sessions--;
+		pthread_mutex_unlock(&db->sess_mu);
+	}
+}
+
+void sessions_free(ember_db *db)
+{
+	struct ember_session *s = db->sessions;
+	while (s) {
+		struct ember_session *next = s->next_all;
+		em_free(s, sizeof(*s));
+		s = next;
+	}
+	db->sessions = NULL;
+}
+
+int ember_session_open(ember_db *db, ember_session **out)
+{
+	if (!out)
+		return EMBER_EINVAL;
+	*out = NULL;
+	if (!db || db->magic != DB_MAGIC)
+		return EMBER_EINVAL;
+	return session_create(db, 0, out);
+}
+
+int ember_session_close(ember_session *s)
+{
+	if (!s)
+		return 0;
+	int rc = session_check(s);
+	if (rc < 0)
+		return rc;
+	if (s->internal)
+		return EMBER_EINVAL;
+	session_destroy(s);
+	return 0;
+}
+
+int session_buf_reserve(uint8_t **buf, size_t *cap, size_t need)
+{
+	if (*cap >= need)
+		return 0;
+	size_t n = *cap ? *cap : 256;
+	while (n < need)
+		n *= 2;
+	uint8_t *p = em_alloc_aligned(EM_IO_ALIGN, n); /* fit for O_DIRECT reads */
+	if (!p)
+		return EMBER_ENOMEM;
+	em_free(*buf, *cap);
+	*buf = p;
+	*cap = n;
+	return 0;
+}

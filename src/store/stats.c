@@ -1,0 +1,85 @@
+/*
+ * stats.c - ember_stats_get: per-tier figures from the logs, the sessions'
+ * counters and the compactor's.
+ *
+ * Sessions count with owner-only relaxed stores (no locked instructions on the
+ * hot path); this reader sums them under sess_mu, so a figure may lag an
+ * operation that is completing at the same moment, never more.
+ */
+#include "store/compact.h"
+#include "store/store_int.h"
+
+#include <string.h>
+
+static uint64_t ld(_Atomic uint64_t *v)
+{
+	return atomic_load_explicit(v, memory_order_relaxed); /* statistics */
+}
+
+static void tier_fill(ember_tier_stats *t, struct hlog *l)
+{
+	uint64_t tail = hlog_load(&l->tail), begin = hlog_load(&l->begin);
+	uint64_t head = hlog_load(&l->head);
+	t->bytes_disk = tail - begin;
+	uint64_t lo = head > begin ? head : begin;
+	t->bytes_memory = tail > lo ? tail - lo : 0;
+	if (t->bytes_memory > l->mem_size)
+		t->bytes_memory = l->mem_size;
+}
+
+int ember_stats_get(ember_db *db, ember_stats *out)
+{
+	if (!db || db->magic != DB_MAGIC || !out)
+		return EMBER_EINVAL;
+	memset(out, 0, sizeof(*out));
+	tier_fill(&out->hot, db->hot);
+	tier_fill(&out->cold, db->cold);
+	struct compactor *c = db->comp;
+	uint64_t reads[4] = {0, 0, 0, 0};
+	pthread_mutex_lock(&db->sess_mu);
+	for (struct ember_session *s = db->sessions; s; s = s->next_all) {
+		if (s->internal) {
+			/* compaction's own lookups: its reads are not user reads */
+			out->compaction_disk_reads += ld(&s->st.ios);
+			out->compaction_bytes_read += ld(&s->st.io_bytes);
+			continue;
+		}
+		for (int i = 0; i < 4; i++)
+			reads[i] += ld(&s->st.reads[i]);
+		out->disk_reads += ld(&s->st.ios);
+		out->disk_bytes_read += ld(&s->st.io_bytes);
+		out->user_reads += ld(&s->st.user_reads);
+		out->user_writes += ld(&s->st.user_records);
+		out->user_bytes_written += ld(&s->st.user_bytes);
+	}
+	pthread_mutex_unlock(&db->sess_mu);
+	out->hot.reads_memory = reads[TIER_HOT_MEM];
+	out->hot.reads_disk = reads[TIER_HOT_DISK];
+	out->cold.reads_memory = reads[TIER_COLD_MEM];
+	out->cold.reads_disk = reads[TIER_COLD_DISK];
+	out->hot.compactions = ld(&c->st.passes[COMPACT_HOT]);
+	out->cold.compactions = ld(&c->st.passes[COMPACT_COLD]);
+	out->hot.compaction_bytes_written = ld(&c->st.bytes_written[COMPACT_HOT]);
+	out->cold.compaction_bytes_written = ld(&c->st.bytes_written[COMPACT_COLD]);
+	uint64_t moved_in = ld(&c->st.records_moved[COMPACT_HOT]) + ld(&c->st.records_moved[COMPACT_COLD]);
+	uint64_t hot_out = ld(&c->st.records_scanned[COMPACT_HOT]);
+	uint64_t cold_out = ld(&c->st.records_scanned[COMPACT_COLD]);
+	out->hot.records = out->user_writes > hot_out ? out->user_writes - hot_out : 0;
+	out->cold.records = moved_in > cold_out ? moved_in - cold_out : 0;
+	out->index_bytes = db->index.table_bytes + hi_overflow_buckets(&db->index) * 64;
+	out->cold_index_bytes = db->cidx.table_bytes + db->chunks->mem_size;
+	out->chunk_log_bytes_disk = hlog_load(&db->chunks->tail) - hlog_load(&db->chunks->begin);
+	out->compaction_bytes_written = out->hot.compaction_bytes_written +
+					out->cold.compaction_bytes_written +
+					ld(&c->st.bytes_written[COMPACT_CHUNKS]);
+	out->tombstones_dropped = ld(&c->st.tombstones_dropped);
+	out->compaction_assists = ld(&c->st.assists);
+	if (out->user_bytes_written)
+		out->write_amplification = (double)(out->user_bytes_written + out->compaction_bytes_written) /
+					   (double)out->user_bytes_written;
+	if (out->user_reads)
+		out->read_amplification = (double)out->disk_bytes_read / (double)out->user_reads;
+	if (out->cold.records)
+		out->cold_index_bytes_per_key = (double)out->cold_index_bytes / (double)out->cold.records;
+	return 0;
+}

@@ -1,0 +1,397 @@
+/*
+ * tiering.c - the store with budgets so small that compaction runs hundreds of
+ * times (hot->cold and cold->cold), in three modes:
+ *
+ *   diff        random put/get/delete/rmw/get_batch against a reference map, keys
+ *               deleted and reinserted, tombstones crossing tiers; every read
+ *               compared; the stats must show both compactions many times, cold
+ *               reads, and dropped tombstones.
+ *   concurrent  4 threads: rmw counters (no lost update, never a decreasing read)
+ *               and owner-written versioned values (never older than already seen)
+ *               while compaction runs in the background and in writers (assists).
+ *   bounded     an update-only load of many times the disk budgets: the hot and cold
+ *               logs never exceed their budgets (plus one pass of slack), and the
+ *               files' allocated blocks stay bounded too (space is released).
+ */
+#include <ember.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "test_util.h"
+
+static void tiny_options(ember_options *o)
+{
+	ember_options_default(o);
+	o->log_memory = 1 << 20; /* 16 pages of 64 KiB */
+	o->page_size = 64 << 10;
+	o->index_buckets = 1 << 10;
+	o->hot_disk_budget = 2 << 20;
+	o->cold_log_memory = 512 << 10;
+	o->cold_disk_budget = 8 << 20; /* well above the ~3.5 MiB live set, or cold->cold thrashes */
+	o->cold_index_chunks = 1 << 8;
+	o->cold_chunk_bytes = 128;
+	o->flags = EMBER_OPEN_TRUNCATE;
+}
+
+/* ---- diff -------------------------------------------------------------------------- */
+
+static int rmw_append(void *arg, const void *old, size_t old_len, void *out, size_t cap,
+		      size_t *out_len)
+{
+	uint8_t b = *(uint8_t *)arg;
+	size_t n = old ? old_len + 1 : 1;
+	if (n > 4000)
+		n = 1; /* keep values bounded: restart */
+	*out_len = n;
+	if (cap < n)
+		return EMBER_ERANGE;
+	if (old && n > 1)
+		memcpy(out, old, n - 1);
+	((uint8_t *)out)[n - 1] = b;
+	return 0;
+}
+
+static void make_key(uint64_t k, uint8_t *key, size_t *klen)
+{
+	*klen = 8 + (k % 9); /* 8..16 bytes, derived from k */
+	memset(key, (int)(k & 0xff), *klen);
+	memcpy(key, &k, 8);
+}
+
+static void diff_run(void)
+{
+	char dir[512];
+	CHECK(tu_tmpdir_make("tier-diff", dir, sizeof(dir)) == 0, "tmpdir");
+	ember_options o;
+	tiny_options(&o);
+	ember_db *db;
+	ember_session *s;
+	CHECK_OK(ember_open(dir, &o, &db));
+	CHECK_OK(ember_session_open(db, &s));
+	tu_rng *rng = tu_rng_global();
+	tu_map ref;
+	tu_map_init(&ref);
+	/* writes average ~600 bytes so the 2 MiB hot budget turns over every few
+	 * hundred ops; most reads go to disk, so the op count stays modest */
+	uint64_t ops = tu_scaled(200000), keyspace = 5000;
+	static uint8_t val[8192], buf[8192];
+	for (uint64_t op = 0; op < ops; op++) {
+		uint64_t k = tu_rng_below(rng, keyspace);
+		uint8_t key[16];
+		size_t klen, vl = 0;
+		make_key(k, key, &klen);
+		uint64_t dice = tu_rng_below(rng, 100);
+		const tu_map_entry *e = tu_map_get(&ref, key, klen);
+		if (dice < 40) {
+			size_t n = tu_rng_chance(rng, 1, 50) ? tu_rng_range(rng, 1000, sizeof(val))
+							    : tu_rng_below(rng, 1200);
+			tu_rng_fill(rng, val, n);
+			CHECK_OK(ember_put(s, key, klen, val, n));
+			tu_map_put(&ref, key, klen, val, n);
+		} else if (dice < 50) {
+			CHECK_OK(ember_delete(s, key, klen));
+			tu_map_del(&ref, key, klen);
+		} else if (dice < 60) {
+			uint8_t b = (uint8_t)op;
+			CHECK_OK(ember_rmw(s, key, klen, rmw_append, &b));
+			size_t n = e ? e->vlen + 1 : 1;
+			if (n > 4000)
+				n = 1;
+			if (e && n > 1)
+				memcpy(val, tu_map_val(e), n - 1);
+			val[n - 1] = b;
+			tu_map_put(&ref, key, klen, val, n);
+		} else if (dice < 62) {
+			/* a batch of 64 keys, some absent */
+			const void *ks[64];
+			size_t kls[64], caps[64], vls[64];
+			void *bufs[64];
+			int st[64];
+			static uint8_t kb[64][16], vb[64][8192];
+			for (int i = 0; i < 64; i++) {
+				make_key(tu_rng_below(rng, keyspace + 1000), kb[i], &kls[i]);
+				ks[i] = kb[i];
+				bufs[i] = vb[i];
+				caps[i] = sizeof(vb[i]);
+			}
+			CHECK_OK(ember_get_batch(s, 64, ks, kls, bufs, caps, vls, st));
+			for (int i = 0; i < 64; i++) {
+				const tu_map_entry *x = tu_map_get(&ref, kb[i], kls[i]);
+				if (!x) {
+					CHECK(st[i] == EMBER_ENOTFOUND, "op %llu batch[%d]: absent key, status %d",
+					      (unsigned long long)op, i, st[i]);
+				} else {
+					CHECK(st[i] == 0 && vls[i] == x->vlen &&
+						      memcmp(vb[i], tu_map_val(x), x->vlen) == 0,
+					      "op %llu batch[%d]: status %d vlen %zu want %u", (unsigned long long)op,
+					      i, st[i], vls[i], x->vlen);
+				}
+			}
+		} else {
+			int rc = ember_get(s, key, klen, buf, sizeof(buf), &vl);
+			if (!e)
+				CHECK(rc == EMBER_ENOTFOUND, "op %llu: absent key: rc %d (%s)",
+				      (unsigned long long)op, rc, ember_strerror(rc));
+			else
+				CHECK(rc == 0 && vl == e->vlen && memcmp(buf, tu_map_val(e), vl) == 0,
+				      "op %llu: get rc %d (%s) vlen %zu want %u", (unsigned long long)op, rc,
+				      ember_strerror(rc), vl, e->vlen);
+		}
+		if (op % 40000 == 0 && op)
+			printf("  %llu ops\n", (unsigned long long)op);
+	}
+	/* everything, once more, and once more after forcing every log to compact */
+	for (int round = 0; round < 2; round++) {
+		size_t pos = 0;
+		const tu_map_entry *e;
+		while ((e = tu_map_next(&ref, &pos))) {
+			size_t vl = 0;
+			int rc = ember_get(s, tu_map_key(e), e->klen, buf, sizeof(buf), &vl);
+			CHECK(rc == 0 && vl == e->vlen && memcmp(buf, tu_map_val(e), vl) == 0,
+			      "final round %d: rc %d vlen %zu want %u", round, rc, vl, e->vlen);
+		}
+		for (uint64_t k = 0; k < keyspace; k++) {
+			uint8_t key[16];
+			size_t klen, vl;
+			make_key(k, key, &klen);
+			if (!tu_map_get(&ref, key, klen))
+				CHECK(ember_get(s, key, klen, buf, sizeof(buf), &vl) == EMBER_ENOTFOUND,
+				      "final round %d: deleted key found", round);
+		}
+		CHECK_OK(ember_compact(db, 1));
+	}
+	ember_stats st;
+	CHECK_OK(ember_stats_get(db, &st));
+	printf("hot passes %llu, cold passes %llu, cold reads %llu+%llu, tombstones dropped %llu, "
+	       "assists %llu, write amp %.2f\n",
+	       (unsigned long long)st.hot.compactions, (unsigned long long)st.cold.compactions,
+	       (unsigned long long)st.cold.reads_memory, (unsigned long long)st.cold.reads_disk,
+	       (unsigned long long)st.tombstones_dropped, (unsigned long long)st.compaction_assists,
+	       st.write_amplification);
+	uint64_t want = tu_scale() >= 1 ? 50 : 3;
+	CHECK(st.hot.compactions >= want, "hot->cold ran %llu times", (unsigned long long)st.hot.compactions);
+	CHECK(st.cold.compactions >= want / 4, "cold->cold ran %llu times",
+	      (unsigned long long)st.cold.compactions);
+	CHECK(st.hot.compactions + st.cold.compactions >= 2 * want, "compaction ran %llu times",
+	      (unsigned long long)(st.hot.compactions + st.cold.compactions));
+	CHECK(st.cold.reads_memory + st.cold.reads_disk > 0, "the cold tier served reads");
+	CHECK(st.tombstones_dropped > 0, "tombstones died in cold->cold");
+	tu_map_free(&ref);
+	CHECK_OK(ember_session_close(s));
+	CHECK_OK(ember_close(db));
+	tu_tmpdir_remove(dir);
+}
+
+/* ---- concurrent -------------------------------------------------------------------- */
+
+#define THREADS 4
+#define COUNTERS 64
+#define OWNED 2000
+
+static ember_db *cdb;
+static _Atomic long increments[COUNTERS];
+
+static int inc64(void *arg, const void *old, size_t old_len, void *out, size_t cap, size_t *out_len)
+{
+	(void)arg;
+	uint64_t v = 0;
+	if (old && old_len == 8)
+		memcpy(&v, old, 8);
+	*out_len = 8;
+	if (cap < 8)
+		return EMBER_ERANGE;
+	v++;
+	memcpy(out, &v, 8);
+	return 0;
+}
+
+struct owned_val {
+	uint64_t owner, key, seq, check;
+};
+
+static void *worker(void *arg)
+{
+	uint64_t id = (uint64_t)(uintptr_t)arg;
+	tu_rng rng;
+	tu_rng_stream(&rng, id);
+	ember_session *s;
+	CHECK_OK(ember_session_open(cdb, &s));
+	uint64_t seen_counter[COUNTERS] = {0};
+	static _Thread_local uint64_t seen_seq[OWNED];
+	uint64_t my_seq[OWNED] = {0};
+	uint64_t ops = tu_scaled(60000);
+	uint8_t pad[600];
+	memset(pad, (int)id, sizeof(pad));
+	for (uint64_t op = 0; op < ops; op++) {
+		uint64_t d = tu_rng_below(&rng, 100);
+		if (d < 25) {
+			uint64_t c = tu_rng_below(&rng, COUNTERS);
+			char key[16];
+			snprintf(key, sizeof(key), "ctr%llu", (unsigned long long)c);
+			CHECK_OK(ember_rmw(s, key, strlen(key), inc64, NULL));
+			atomic_fetch_add(&increments[c], 1);
+		} else if (d < 40) {
+			uint64_t c = tu_rng_below(&rng, COUNTERS);
+			char key[16];
+			snprintf(key, sizeof(key), "ctr%llu", (unsigned long long)c);
+			uint64_t v = 0;
+			size_t vl;
+			int rc = ember_get(s, key, strlen(key), &v, sizeof(v), &vl);
+			CHECK(rc == 0 || rc == EMBER_ENOTFOUND, "counter get rc %d", rc);
+			if (rc == 0) {
+				CHECK(vl == 8 && v >= seen_counter[c], "counter %llu went back: %llu < %llu",
+				      (unsigned long long)c, (unsigned long long)v,
+				      (unsigned long long)seen_counter[c]);
+				seen_counter[c] = v;
+			}
+		} else if (d < 70) {
+			/* my own keys: key k belongs to thread k % THREADS */
+			uint64_t k = tu_rng_below(&rng, OWNED / THREADS) * THREADS + id;
+			uint8_t buf[sizeof(struct owned_val) + sizeof(pad)];
+			struct owned_val ov = {id, k, ++my_seq[k], 0};
+			ov.check = ov.owner * 31 + ov.key * 17 + ov.seq;
+			size_t n = sizeof(ov) + tu_rng_below(&rng, sizeof(pad));
+			memcpy(buf, &ov, sizeof(ov));
+			memcpy(buf + sizeof(ov), pad, n - sizeof(ov));
+			char key[24];
+			snprintf(key, sizeof(key), "own%llu", (unsigned long long)k);
+			CHECK_OK(ember_put(s, key, strlen(key), buf, n));
+		} else {
+			uint64_t k = tu_rng_below(&rng, OWNED);
+			char key[24];
+			snprintf(key, sizeof(key), "own%llu", (unsigned long long)k);
+			uint8_t buf[sizeof(struct owned_val) + sizeof(pad)];
+			size_t vl;
+			int rc = ember_get(s, key, strlen(key), buf, sizeof(buf), &vl);
+			CHECK(rc == 0 || rc == EMBER_ENOTFOUND, "owned get rc %d (%s)", rc, ember_strerror(rc));
+			if (rc == 0) {
+				struct owned_val ov;
+				CHECK(vl >= sizeof(ov), "short value");
+				memcpy(&ov, buf, sizeof(ov));
+				CHECK(ov.key == k && ov.owner == k % THREADS &&
+					      ov.check == ov.owner * 31 + ov.key * 17 + ov.seq,
+				      "torn or foreign value for key %llu", (unsigned long long)k);
+				CHECK(ov.seq >= seen_seq[k], "key %llu went back: seq %llu < %llu",
+				      (unsigned long long)k, (unsigned long long)ov.seq,
+				      (unsigned long long)seen_seq[k]);
+				seen_seq[k] = ov.seq;
+			}
+		}
+	}
+	CHECK_OK(ember_session_close(s));
+	return NULL;
+}
+
+static void concurrent_run(void)
+{
+	char dir[512];
+	CHECK(tu_tmpdir_make("tier-conc", dir, sizeof(dir)) == 0, "tmpdir");
+	ember_options o;
+	tiny_options(&o);
+	CHECK_OK(ember_open(dir, &o, &cdb));
+	pthread_t th[THREADS];
+	for (int i = 0; i < THREADS; i++)
+		pthread_create(&th[i], NULL, worker, (void *)(uintptr_t)i);
+	for (int i = 0; i < THREADS; i++)
+		pthread_join(th[i], NULL);
+	ember_session *s;
+	CHECK_OK(ember_session_open(cdb, &s));
+	for (int c = 0; c < COUNTERS; c++) {
+		char key[16];
+		snprintf(key, sizeof(key), "ctr%d", c);
+		uint64_t v = 0;
+		size_t vl;
+		int rc = ember_get(s, key, strlen(key), &v, 8, &vl);
+		long want = atomic_load(&increments[c]);
+		CHECK((rc == 0 && (long)v == want) || (rc == EMBER_ENOTFOUND && want == 0),
+		      "counter %d: %llu, want %ld (lost update)", c, (unsigned long long)v, want);
+	}
+	ember_stats st;
+	CHECK_OK(ember_stats_get(cdb, &st));
+	printf("hot passes %llu, cold passes %llu, assists %llu\n",
+	       (unsigned long long)st.hot.compactions, (unsigned long long)st.cold.compactions,
+	       (unsigned long long)st.compaction_assists);
+	CHECK(st.hot.compactions > 0, "compaction ran during the test");
+	CHECK_OK(ember_session_close(s));
+	CHECK_OK(ember_close(cdb));
+	tu_tmpdir_remove(dir);
+}
+
+/* ---- bounded ------------------------------------------------------------------------ */
+
+static uint64_t allocated(const char *dir, const char *name)
+{
+	char p[600];
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	struct stat st;
+	return stat(p, &st) == 0 ? (uint64_t)st.st_blocks * 512 : 0;
+}
+
+static void bounded_run(void)
+{
+	char dir[512];
+	CHECK(tu_tmpdir_make("tier-bound", dir, sizeof(dir)) == 0, "tmpdir");
+	ember_options o;
+	tiny_options(&o);
+	ember_db *db;
+	ember_session *s;
+	CHECK_OK(ember_open(dir, &o, &db));
+	CHECK_OK(ember_session_open(db, &s));
+	tu_rng *rng = tu_rng_global();
+	uint64_t keys = 5000, written = 0, target = (uint64_t)(tu_scale() * 60.0 * (double)o.cold_disk_budget);
+	uint8_t val[300];
+	uint64_t slack = 1 << 20; /* the page-granular part a pass cannot reach */
+	uint64_t max_hot = 0, max_cold = 0;
+	for (uint64_t op = 0; written < target; op++) {
+		uint64_t k = tu_rng_below(rng, keys);
+		tu_rng_fill(rng, val, sizeof(val));
+		CHECK_OK(ember_put(s, &k, sizeof(k), val, 100 + k % 200));
+		written += 150 + k % 200;
+		if (op % 1000 == 0) {
+			ember_stats st;
+			CHECK_OK(ember_stats_get(db, &st));
+			if (st.hot.bytes_disk > max_hot)
+				max_hot = st.hot.bytes_disk;
+			if (st.cold.bytes_disk > max_cold)
+				max_cold = st.cold.bytes_disk;
+			CHECK(st.hot.bytes_disk <= o.hot_disk_budget + slack, "hot log %llu over budget %llu",
+			      (unsigned long long)st.hot.bytes_disk, (unsigned long long)o.hot_disk_budget);
+			CHECK(st.cold.bytes_disk <= o.cold_disk_budget + slack, "cold log %llu over budget %llu",
+			      (unsigned long long)st.cold.bytes_disk, (unsigned long long)o.cold_disk_budget);
+		}
+	}
+	uint64_t hot_alloc = allocated(dir, "hot.log"), cold_alloc = allocated(dir, "cold.log");
+	printf("wrote %llu MiB; max hot %llu KiB (budget %llu), max cold %llu KiB (budget %llu); "
+	       "allocated hot %llu KiB, cold %llu KiB\n",
+	       (unsigned long long)(written >> 20), (unsigned long long)(max_hot >> 10),
+	       (unsigned long long)(o.hot_disk_budget >> 10), (unsigned long long)(max_cold >> 10),
+	       (unsigned long long)(o.cold_disk_budget >> 10), (unsigned long long)(hot_alloc >> 10),
+	       (unsigned long long)(cold_alloc >> 10));
+	/* released space: the files hold about their budgets, not what was written */
+	CHECK(hot_alloc <= 2 * (o.hot_disk_budget + slack), "hot.log holds %llu bytes",
+	      (unsigned long long)hot_alloc);
+	CHECK(cold_alloc <= 2 * (o.cold_disk_budget + slack), "cold.log holds %llu bytes",
+	      (unsigned long long)cold_alloc);
+	CHECK_OK(ember_session_close(s));
+	CHECK_OK(ember_close(db));
+	tu_tmpdir_remove(dir);
+}
+
+int main(int argc, char **argv)
+{
+	tu_init("tiering", argc, argv);
+	const char *mode = argc > 1 ? argv[1] : "diff";
+	if (!strcmp(mode, "diff"))
+		diff_run();
+	else if (!strcmp(mode, "concurrent"))
+		concurrent_run();
+	else if (!strcmp(mode, "bounded"))
+		bounded_run();
+	else
+		CHECK(0, "unknown mode %s", mode);
+	printf("tiering %s: OK\n", mode);
+	return 0;
+}

@@ -3,9 +3,11 @@
  * must hold under any interleaving.
  *
  *   concurrent [small|big] [threads]     (default: small 4)
- *     small: log_memory 8 MiB, 64 KiB pages, 256 index buckets: records go to disk
- *            during the run and index chains overflow;
- *     big:   log_memory 256 MiB: everything stays in memory (in-place updates).
+ *     small: log_memory 8 MiB, 64 KiB pages, 4096 index buckets, 16384 owned keys
+ *            per thread: the live data is larger than the log's memory, so reads
+ *            go to disk during the run, and index buckets overflow;
+ *     big:   log_memory 256 MiB, 2048 owned keys per thread: everything stays in
+ *            memory (in-place updates, copies to the tail when a value grows).
  *     --soak ten times the operations and time.
  *
  * Three key sets, all threads on all of them:
@@ -22,8 +24,16 @@
  *      The owner reads its own writes back exactly (read-your-writes).
  *  (c) churn keys "churn/<c>": put and deleted by every thread; a read sees either
  *      EMBER_ENOTFOUND or a well-formed value for that key.
+ *  (d) append-log keys "app/<a>": every thread appends its id byte with ember_rmw,
+ *      so values grow past their record's capacity (copies to the tail, sealing of
+ *      the old record). A reader's successive reads of a key must each extend the
+ *      previous one (the earlier value is a prefix of the later: no update lost or
+ *      reordered), and hold no more of its own bytes than it appended. At the end
+ *      each thread's byte occurs exactly as often as it appended it.
  *
- * Each thread stops after its operation count or a time cap, whichever comes first.
+ * Each thread first writes each of its owned keys once (a load phase that runs
+ * concurrently with the other threads' loads), then runs a random mix of the
+ * operations above until its operation count or a time cap, whichever comes first.
  * Must run clean under ThreadSanitizer: threads share nothing but the store until
  * they are joined.
  */
@@ -37,8 +47,10 @@
 
 #define MAX_THREADS 64
 #define NCTR 32
-#define NOWN 512 /* owned keys per thread */
+#define NOWN_MAX 16384 /* owned keys per thread, at most */
 #define NCHURN 64
+#define NAPP 16 /* append-log keys */
+#define APP_GET_CAP (1u << 20)
 #define VAL_CAP 512
 #define MAGIC 0x454d4252u /* "EMBR" */
 #define CB_MALFORMED (-31001)
@@ -58,6 +70,7 @@ typedef struct vhdr {
 _Static_assert(sizeof(vhdr) == 24, "vhdr layout");
 
 static unsigned g_threads = 4;
+static unsigned g_nown; /* owned keys per thread: small 16384 (more than the log holds), big 2048 */
 static uint64_t g_ops;
 static double g_time_cap;
 static pthread_barrier_t g_start;
@@ -69,9 +82,13 @@ typedef struct worker {
 	tu_rng rng;
 	uint64_t ctr_mine[NCTR];          /* my increments per counter */
 	uint64_t ctr_seen[NCTR];          /* the largest value I read */
-	uint64_t own_seq[NOWN];           /* my keys: the last sequence number I wrote */
-	uint64_t *seen_seq;               /* [owner * NOWN + k]: the last I read */
+	uint64_t own_seq[NOWN_MAX];       /* my keys: the last sequence number I wrote */
+	uint64_t *seen_seq;               /* [owner * g_nown + k]: the last I read */
 	uint64_t churn_seq;
+	uint64_t app_mine[NAPP];          /* bytes I appended to each append-log key */
+	uint8_t *app_seen[NAPP];          /* the longest value of it I read */
+	size_t app_seen_len[NAPP], app_seen_cap[NAPP];
+	uint8_t *app_buf;                 /* APP_GET_CAP bytes for reads */
 	uint64_t ops_done;
 	uint64_t n_rmw, n_get, n_put, n_batch, n_del, n_notfound;
 } worker;
@@ -210,7 +227,7 @@ static void op_ctr_get(worker *w, ember_session *s)
 static void seen_owned(worker *w, unsigned o, unsigned k, int rc, const uint8_t *v,
 		       size_t vlen, const char *what)
 {
-	uint64_t *seen = &w->seen_seq[o * NOWN + k];
+	uint64_t *seen = &w->seen_seq[o * g_nown + k];
 	if (rc == EMBER_ENOTFOUND) {
 		CHECK(*seen == 0, "thread %u: %s own/%u/%u vanished after seq %llu", w->id, what, o,
 		      k, (unsigned long long)*seen);
@@ -231,11 +248,10 @@ static void seen_owned(worker *w, unsigned o, unsigned k, int rc, const uint8_t 
 	*seen = seq;
 }
 
-static void op_own_put(worker *w, ember_session *s)
+static void own_put(worker *w, ember_session *s, unsigned idx)
 {
 	char k[48];
 	uint8_t v[VAL_CAP];
-	unsigned idx = (unsigned)tu_rng_below(&w->rng, NOWN);
 	size_t kl = key_own(k, w->id, idx);
 	uint64_t seq = ++w->own_seq[idx];
 	size_t vl = make_value(v, w->id, KIND_OWN, idx, seq,
@@ -252,13 +268,18 @@ static void op_own_put(worker *w, ember_session *s)
 	}
 }
 
+static void op_own_put(worker *w, ember_session *s)
+{
+	own_put(w, s, (unsigned)tu_rng_below(&w->rng, g_nown));
+}
+
 static void op_own_get(worker *w, ember_session *s)
 {
 	char k[48];
 	uint8_t buf[VAL_CAP];
 	size_t vl = 0;
 	unsigned o = (unsigned)tu_rng_below(&w->rng, g_threads);
-	unsigned idx = (unsigned)tu_rng_below(&w->rng, NOWN);
+	unsigned idx = (unsigned)tu_rng_below(&w->rng, g_nown);
 	size_t kl = key_own(k, o, idx);
 	int rc = ember_get(s, k, kl, buf, sizeof(buf), &vl);
 	seen_owned(w, o, idx, rc, buf, vl, "get");
@@ -284,7 +305,7 @@ static void op_own_batch(worker *w, ember_session *s)
 			ks[i] = ks[j];
 		} else {
 			os[i] = (unsigned)tu_rng_below(&w->rng, g_threads);
-			ks[i] = (unsigned)tu_rng_below(&w->rng, NOWN);
+			ks[i] = (unsigned)tu_rng_below(&w->rng, g_nown);
 		}
 		klens[i] = key_own(kb[i], os[i], ks[i]);
 		keys[i] = kb[i];
@@ -302,7 +323,7 @@ static void op_own_batch(worker *w, ember_session *s)
 	uint64_t max_seq[B] = { 0 };
 	for (size_t i = 0; i < n; i++) {
 		unsigned o = os[i], k = ks[i];
-		uint64_t view = w->seen_seq[o * NOWN + k];
+		uint64_t view = w->seen_seq[o * g_nown + k];
 		if (status[i] == EMBER_ENOTFOUND) {
 			CHECK(view == 0, "thread %u: batch own/%u/%u vanished after seq %llu", w->id, o,
 			      k, (unsigned long long)view);
@@ -322,7 +343,7 @@ static void op_own_batch(worker *w, ember_session *s)
 		max_seq[i] = seq;
 	}
 	for (size_t i = 0; i < n; i++) {
-		uint64_t *seen = &w->seen_seq[os[i] * NOWN + ks[i]];
+		uint64_t *seen = &w->seen_seq[os[i] * g_nown + ks[i]];
 		if (max_seq[i] > *seen)
 			*seen = max_seq[i];
 	}
@@ -362,6 +383,82 @@ static void op_churn(worker *w, ember_session *s)
 	}
 }
 
+/* ---- (d) append-log keys ------------------------------------------------------------ */
+
+static size_t key_app(char *k, unsigned a)
+{
+	return (size_t)sprintf(k, "app/%u", a);
+}
+
+typedef struct app_arg {
+	uint8_t byte;
+} app_arg;
+
+static int app_append(void *argp, const void *old, size_t old_len, void *out, size_t out_cap,
+		      size_t *out_len)
+{
+	const app_arg *a = argp;
+	if (out_cap < old_len + 1) {
+		*out_len = old_len + 1;
+		return EMBER_ERANGE;
+	}
+	if (old_len > 0)
+		memmove(out, old, old_len); /* out may be old (an in-place update) */
+	((uint8_t *)out)[old_len] = a->byte;
+	*out_len = old_len + 1;
+	return 0;
+}
+
+static void op_app_rmw(worker *w, ember_session *s)
+{
+	char k[32];
+	unsigned a = (unsigned)tu_rng_below(&w->rng, NAPP);
+	size_t kl = key_app(k, a);
+	app_arg arg = { (uint8_t)w->id };
+	int rc = ember_rmw(s, k, kl, app_append, &arg);
+	CHECK(rc == 0, "thread %u: rmw %s: rc %d (%s)", w->id, k, rc, ember_strerror(rc));
+	w->app_mine[a]++;
+	w->n_rmw++;
+}
+
+static void op_app_get(worker *w, ember_session *s)
+{
+	char k[32];
+	unsigned a = (unsigned)tu_rng_below(&w->rng, NAPP);
+	size_t kl = key_app(k, a), vl = 0;
+	int rc = ember_get(s, k, kl, w->app_buf, APP_GET_CAP, &vl);
+	w->n_get++;
+	if (rc == EMBER_ENOTFOUND) {
+		CHECK(w->app_mine[a] == 0 && w->app_seen_len[a] == 0,
+		      "thread %u: %s vanished (I appended %llu, saw %zu bytes)", w->id, k,
+		      (unsigned long long)w->app_mine[a], w->app_seen_len[a]);
+		w->n_notfound++;
+		return;
+	}
+	CHECK(rc == 0, "thread %u: get %s: rc %d (%s)", w->id, k, rc, ember_strerror(rc));
+	size_t had = w->app_seen_len[a];
+	CHECK(vl >= had && (had == 0 || memcmp(w->app_buf, w->app_seen[a], had) == 0),
+	      "thread %u: %s (%zu bytes) does not extend what I read before (%zu bytes)", w->id,
+	      k, vl, had);
+	uint64_t mine = 0;
+	for (size_t i = 0; i < vl; i++) {
+		CHECK(w->app_buf[i] < g_threads, "thread %u: %s byte %zu = %u", w->id, k, i,
+		      w->app_buf[i]);
+		mine += w->app_buf[i] == w->id;
+	}
+	CHECK(mine == w->app_mine[a], "thread %u: %s holds %llu of my bytes, I appended %llu",
+	      w->id, k, (unsigned long long)mine, (unsigned long long)w->app_mine[a]);
+	if (vl > w->app_seen_cap[a]) {
+		size_t cap = vl * 2;
+		uint8_t *p = realloc(w->app_seen[a], cap);
+		CHECK(p != NULL, "out of memory");
+		w->app_seen[a] = p;
+		w->app_seen_cap[a] = cap;
+	}
+	memcpy(w->app_seen[a], w->app_buf, vl);
+	w->app_seen_len[a] = vl;
+}
+
 /* ---- threads ----------------------------------------------------------------------- */
 
 static void *worker_main(void *p)
@@ -372,6 +469,10 @@ static void *worker_main(void *p)
 	CHECK(rc == 0, "thread %u: session_open: rc %d (%s)", w->id, rc, ember_strerror(rc));
 	pthread_barrier_wait(&g_start);
 	double deadline = tu_now() + g_time_cap;
+	/* Load: every owned key once, while the other threads load theirs (in the small
+	 * variant the owned keys alone outgrow the log's memory). */
+	for (unsigned k = 0; k < g_nown; k++)
+		own_put(w, s, k);
 	for (uint64_t i = 0; i < g_ops; i++) {
 		if ((i & 255) == 0 && tu_now() > deadline)
 			break;
@@ -386,6 +487,10 @@ static void *worker_main(void *p)
 			op_own_get(w, s);
 		else if (x < 74)
 			op_own_batch(w, s);
+		else if (x < 78)
+			op_app_rmw(w, s);
+		else if (x < 80)
+			op_app_get(w, s);
 		else
 			op_churn(w, s);
 		w->ops_done++;
@@ -420,7 +525,7 @@ static void final_check(ember_db *db)
 		      (unsigned long long)got, (unsigned long long)want);
 	}
 	for (unsigned t = 0; t < g_threads; t++) {
-		for (unsigned i = 0; i < NOWN; i++) {
+		for (unsigned i = 0; i < g_nown; i++) {
 			size_t kl = key_own(k, t, i);
 			int rc = ember_get(s, k, kl, buf, sizeof(buf), &vl);
 			uint64_t want = g_workers[t].own_seq[i];
@@ -434,6 +539,32 @@ static void final_check(ember_db *db)
 			      (unsigned long long)seq, (unsigned long long)want);
 		}
 	}
+	uint8_t *abuf = malloc(APP_GET_CAP);
+	CHECK(abuf != NULL, "out of memory");
+	for (unsigned a = 0; a < NAPP; a++) {
+		uint64_t want[MAX_THREADS] = { 0 }, got[MAX_THREADS] = { 0 }, total = 0;
+		for (unsigned t = 0; t < g_threads; t++) {
+			want[t] = g_workers[t].app_mine[a];
+			total += want[t];
+		}
+		size_t kl = key_app(k, a);
+		int rc = ember_get(s, k, kl, abuf, APP_GET_CAP, &vl);
+		if (total == 0) {
+			CHECK(rc == EMBER_ENOTFOUND, "final %s: never appended to, rc %d", k, rc);
+			continue;
+		}
+		CHECK(rc == 0, "final %s: rc %d (%s)", k, rc, ember_strerror(rc));
+		CHECK(vl == total, "final %s: %zu bytes, threads appended %llu", k, vl,
+		      (unsigned long long)total);
+		for (size_t i = 0; i < vl; i++) {
+			CHECK(abuf[i] < g_threads, "final %s: byte %zu = %u", k, i, abuf[i]);
+			got[abuf[i]]++;
+		}
+		for (unsigned t = 0; t < g_threads; t++)
+			CHECK(got[t] == want[t], "final %s: %llu bytes of thread %u, it appended %llu", k,
+			      (unsigned long long)got[t], t, (unsigned long long)want[t]);
+	}
+	free(abuf);
 	for (unsigned c = 0; c < NCHURN; c++) {
 		size_t kl = key_churn(k, c);
 		int rc = ember_get(s, k, kl, buf, sizeof(buf), &vl);
@@ -458,18 +589,21 @@ int main(int argc, char **argv)
 			g_threads = (unsigned)atoi(argv[i]);
 	}
 	CHECK(g_threads >= 1 && g_threads <= MAX_THREADS, "threads must be 1..%d", MAX_THREADS);
-	g_ops = tu_scaled(150000);
+	/* Disk reads bound the small variant; the big one runs in memory, faster. */
+	g_ops = tu_scaled(big ? 600000 : 100000);
 	g_time_cap = tu_scale() > 1.0 ? 20.0 * tu_scale() : 20.0;
 
 	ember_options opts;
 	ember_options_default(&opts);
 	opts.flags = EMBER_OPEN_TRUNCATE;
 	if (big) {
+		g_nown = 2048;
 		opts.log_memory = 256u << 20;
 	} else {
+		g_nown = NOWN_MAX;
 		opts.log_memory = 8u << 20;
 		opts.page_size = 64u << 10;
-		opts.index_buckets = 256;
+		opts.index_buckets = 1u << 12;
 	}
 	char dir[512];
 	CHECK(tu_tmpdir_make("conc", dir, sizeof(dir)) == 0, "mkdtemp failed");
@@ -484,8 +618,9 @@ int main(int argc, char **argv)
 		w->id = t;
 		w->db = db;
 		tu_rng_stream(&w->rng, t);
-		w->seen_seq = calloc((size_t)g_threads * NOWN, sizeof(uint64_t));
-		CHECK(w->seen_seq != NULL, "out of memory");
+		w->seen_seq = calloc((size_t)g_threads * g_nown, sizeof(uint64_t));
+		w->app_buf = malloc(APP_GET_CAP);
+		CHECK(w->seen_seq != NULL && w->app_buf != NULL, "out of memory");
 	}
 	double t0 = tu_now();
 	for (unsigned t = 0; t < g_threads; t++)
@@ -511,8 +646,12 @@ int main(int argc, char **argv)
 	       ops / (t1 - t0));
 	CHECK_OK(ember_close(db));
 	pthread_barrier_destroy(&g_start);
-	for (unsigned t = 0; t < g_threads; t++)
+	for (unsigned t = 0; t < g_threads; t++) {
 		free(g_workers[t].seen_seq);
+		free(g_workers[t].app_buf);
+		for (unsigned a = 0; a < NAPP; a++)
+			free(g_workers[t].app_seen[a]);
+	}
 	tu_tmpdir_remove(dir);
 	printf("concurrent %s: OK\n", big ? "big" : "small");
 	return 0;

@@ -116,7 +116,8 @@ typedef struct ember_options {
 	/* One memory budget for the whole store, in bytes: hot log memory + hash index
 	 * + cold index table + chunk log memory + cold log memory. When set, the hot
 	 * log gets what the others leave (log_memory is ignored) and the open fails
-	 * with EMBER_EINVAL if that is under 8 pages. 0: no overall budget. */
+	 * with EMBER_EINVAL if that is under 8 pages. The read cache, when on, counts
+	 * too. 0: no overall budget. */
 	uint64_t memory_budget;
 	/* Disk budget of the hot log (bytes between its begin and tail). Hot->cold
 	 * compaction starts at 80% of it and brings it back to 60%; writers help at
@@ -135,6 +136,11 @@ typedef struct ember_options {
 	uint64_t cold_index_chunks;
 	/* Bytes per hash chunk: a power of two from 64 to 4096. Default 256. */
 	uint32_t cold_chunk_bytes;
+	/* Memory of the read cache: recently read cold records, kept in memory and
+	 * reached from the hot index, evicted second-chance style (a record read again
+	 * since it was cached moves to the cache's tail instead). Writes of a key drop
+	 * its cached copy. At least 8 pages when set. Default 0: off. */
+	uint64_t read_cache_memory;
 } ember_options;
 
 /* Fill *opts with the defaults. opts must not be NULL. */
@@ -157,6 +163,8 @@ typedef struct ember_tier_stats {
 /* A snapshot of a store's statistics (counters since open). */
 typedef struct ember_stats {
 	ember_tier_stats hot, cold;
+	uint64_t read_cache_hits;      /* user reads answered by the read cache */
+	uint64_t read_cache_bytes;     /* read cache memory (0 when off) */
 	uint64_t index_bytes;          /* hot hash index memory */
 	uint64_t cold_index_bytes;     /* cold index table + chunk log memory */
 	uint64_t chunk_log_bytes_disk; /* the cold index's chunks on disk */

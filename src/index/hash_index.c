@@ -133,8 +133,14 @@ static int other_with_tag(struct hash_index *hi, uint64_t hash, uint64_t want, h
 int hi_insert(struct hash_index *hi, uint64_t hash, uint64_t addr, hi_slot **slot,
 	      uint64_t *entry)
 {
+	return hi_insert_flags(hi, hash, addr, 0, slot, entry);
+}
+
+int hi_insert_flags(struct hash_index *hi, uint64_t hash, uint64_t addr, uint64_t flags,
+		    hi_slot **slot, uint64_t *entry)
+{
 	uint64_t want = (uint64_t)em_hash_tag(hash) << HI_TAG_SHIFT;
-	uint64_t final = want | (addr & EM_ADDR_MASK);
+	uint64_t final = want | (addr & EM_ADDR_MASK) | (flags & HI_READCACHE);
 	for (;;) {
 		hi_slot *free_slot = NULL;
 		struct hi_bucket *last = NULL;

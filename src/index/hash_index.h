@@ -91,6 +91,9 @@ hi_slot *hi_find(struct hash_index *hi, uint64_t hash, uint64_t *entry);
  */
 int hi_insert(struct hash_index *hi, uint64_t hash, uint64_t addr, hi_slot **slot,
 	      uint64_t *entry);
+/* The same, with flag bits (HI_READCACHE) set in the new entry. */
+int hi_insert_flags(struct hash_index *hi, uint64_t hash, uint64_t addr, uint64_t flags,
+		    hi_slot **slot, uint64_t *entry);
 
 /* Overflow buckets in use (statistics). */
 uint64_t hi_overflow_buckets(struct hash_index *hi);

@@ -162,6 +162,13 @@ static void worker_flush(struct hlog *l)
 	uint64_t sro = hlog_load(&l->safe_read_only);
 	if (sro <= l->flush_issued || atomic_load_explicit(&l->error, memory_order_relaxed))
 		return;
+	if (!l->file) {
+		/* memory only: nothing to write, the region is "flushed" as it turns
+		 * read-only (records are dropped at eviction) */
+		l->flush_issued = sro;
+		atomic_max_u64(&l->flushed, sro);
+		return;
+	}
 	if (l->writes_count > HLOG_MAX_FLUSH_WRITES / 2)
 		return; /* let writes complete first: one flush is issued whole */
 	if (l->writes_count > 0) {
@@ -231,8 +238,12 @@ static void worker_step(struct hlog *l)
 	if (h > hlog_load(&l->safe_read_only))
 		h = hlog_load(&l->safe_read_only);
 	h = em_page_floor(h, l->page_bits);
-	if (h > hlog_load(&l->head))
+	uint64_t head = hlog_load(&l->head);
+	if (h > head) {
+		if (l->evict && !l->bumps[l->bump_next % HLOG_BUMPS].busy)
+			l->evict(l->evict_ctx, head > EM_LOG_START ? head : EM_LOG_START, h);
 		bump(l, &l->head, h, set_safe_head);
+	}
 }
 
 static int bumps_pending(struct hlog *l)

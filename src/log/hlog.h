@@ -95,8 +95,12 @@ struct hlog {
 	uint8_t *base;
 	size_t map_bytes;
 	uint8_t *map;
-	struct em_file *file;
+	struct em_file *file; /* NULL: a memory-only log (the read cache): no flushes */
 	struct epoch *ep;
+	/* called by the worker with [from, to) before head moves past it (memory-only
+	 * logs: the read cache unlinks what it is about to lose) */
+	void (*evict)(void *ctx, uint64_t from, uint64_t to);
+	void *evict_ctx;
 
 	/* boundaries: each written by one party, read by all */
 	_Atomic uint64_t tail __attribute__((aligned(64)));
@@ -132,7 +136,8 @@ struct hlog_config {
 };
 
 /* Returns 0, EMBER_ENOMEM, or -errno. The log writes to file (which must stay open
- * until hlog_destroy). */
+ * until hlog_destroy); file NULL makes a memory-only log, whose records are simply
+ * dropped when head passes them (after evict, if set, has run). */
 int hlog_init(struct hlog *l, const struct hlog_config *cfg, struct em_file *file,
 	      struct epoch *ep);
 /* Stops the worker (waiting for its writes) and frees memory. */

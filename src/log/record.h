@@ -5,7 +5,8 @@
  *  0      8    header: bits 0-47 previous address in the hash chain, bit 48
  *              tombstone, bit 49 invalid (never linked; skipped by scans), bit 50
  *              filler (key length 0: padding up to the end of a memory lap, see
- *              hlog.h), bits 51-63 reserved (zero)
+ *              hlog.h), bit 51 read-cache hit (memory only: a read-cache record
+ *              read since it was inserted; never on disk), bits 52-63 reserved
  *  8      4    seq: in memory only, a sequence lock for in-place updates (even =
  *              stable, odd = a writer holds it; bit 31 = sealed: the record was
  *              copied to the tail and must not be updated in place any more)
@@ -41,6 +42,7 @@
 #define REC_TOMBSTONE (UINT64_C(1) << 48)
 #define REC_INVALID (UINT64_C(1) << 49)
 #define REC_FILLER (UINT64_C(1) << 50)
+#define REC_RC_HIT (UINT64_C(1) << 51) /* read cache: hit since it was (re)inserted */
 #define REC_FLAGS_MASK (~EM_ADDR_MASK)
 #define REC_SEQ_SEALED (UINT32_C(1) << 31)
 #define REC_SEQ_COUNT (REC_SEQ_SEALED - 1)

@@ -92,13 +92,23 @@ int ember_get_batch(ember_session *s, size_t n, const void *const keys[], const 
 		uint64_t head = hlog_load(&hot->head);
 		for (size_t i = g; i < end; i++) {
 			uint64_t e = 0;
-			s->baddr[i] = hi_find(&db->index, s->bhash[i], &e) ? hi_entry_addr(e) : 0;
-			if (s->baddr[i] >= head && s->baddr[i] >= EM_LOG_START)
-				__builtin_prefetch(hlog_rec(hot, s->baddr[i]));
+			s->baddr[i] = hi_find(&db->index, s->bhash[i], &e) ? e : 0; /* the whole entry */
+			uint64_t a = hi_entry_addr(e);
+			if (e & HI_READCACHE)
+				__builtin_prefetch(rc_rec(db, e));
+			else if (a >= head && a >= EM_LOG_START)
+				__builtin_prefetch(hlog_rec(hot, a));
 		}
 		for (size_t i = g; i < end; i++) {
-			uint64_t at = s->baddr[i];
-			struct record *r = at ? trace_mem(hot, at, keys[i], (uint32_t)klens[i], &at) : NULL;
+			uint64_t e = s->baddr[i], at = 0;
+			struct record *x = e ? rc_hit(db, e, keys[i], (uint32_t)klens[i]) : NULL;
+			if (x) {
+				status[i] = rec_read_value(x, bufs[i], caps[i], &vlens[i]);
+				stat_add(&s->st.reads[TIER_RC], 1);
+				continue;
+			}
+			struct record *r = e ? trace_mem(hot, hot_chain(db, e), keys[i], (uint32_t)klens[i], &at)
+					     : NULL;
 			if (r) {
 				status[i] = rec_read_value(r, bufs[i], caps[i], &vlens[i]);
 				stat_add(&s->st.reads[TIER_HOT_MEM], 1);
@@ -108,8 +118,10 @@ int ember_get_batch(ember_session *s, size_t n, const void *const keys[], const 
 			s->blk[ndisk] = (struct lookup){.key = keys[i],
 							.klen = (uint32_t)klens[i],
 							.phase = LK_HOT,
+							.flags = LK_FILL_RC,
 							.hash = s->bhash[i],
 							.addr = at,
+							.hot_entry = e,
 							.user = i};
 			ndisk++;
 		}

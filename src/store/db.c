@@ -87,7 +87,10 @@ static int options_resolve(const ember_options *in, ember_options *out)
 	if (out->cold_chunk_bytes < 64 || out->cold_chunk_bytes > 4096 ||
 	    (out->cold_chunk_bytes & (out->cold_chunk_bytes - 1)))
 		return EMBER_EINVAL;
-	if (out->memory_budget > (UINT64_C(1) << 44) || out->cold_log_memory > (UINT64_C(1) << 44))
+	if (out->memory_budget > (UINT64_C(1) << 44) || out->cold_log_memory > (UINT64_C(1) << 44) ||
+	    out->read_cache_memory > (UINT64_C(1) << 44))
+		return EMBER_EINVAL;
+	if (out->read_cache_memory && out->read_cache_memory / out->page_size < 8)
 		return EMBER_EINVAL;
 	if (out->flags & ~(uint32_t)EMBER_OPEN_TRUNCATE)
 		return EMBER_EINVAL;
@@ -127,7 +130,8 @@ static int layout_resolve(const ember_options *o, struct layout *lay)
 	if (lay->chunk_mem < min_log)
 		lay->chunk_mem = min_log;
 	if (o->memory_budget) {
-		uint64_t others = index_bytes + table_bytes + lay->cold_mem + lay->chunk_mem;
+		uint64_t others = index_bytes + table_bytes + lay->cold_mem + lay->chunk_mem +
+				  o->read_cache_memory;
 		if (o->memory_budget < others + min_log)
 			return EMBER_EINVAL;
 		lay->hot_mem = o->memory_budget - others;
@@ -397,6 +401,11 @@ int ember_open(const char *dir, const ember_options *opts, ember_db **out)
 	rc = ci_init(&db->cidx, db->opts.cold_index_chunks, db->opts.cold_chunk_bytes, db->chunks);
 	if (rc < 0)
 		goto undo_chunks;
+	if (db->opts.read_cache_memory) {
+		rc = rc_open(db, db->opts.read_cache_memory);
+		if (rc < 0)
+			goto undo_cidx_only;
+	}
 	db->max_record = db->hot->mem_size < db->cold->mem_size ? db->hot->mem_size / 2
 								 : db->cold->mem_size / 2;
 	db->cold_max_record = db->max_record;
@@ -406,7 +415,7 @@ int ember_open(const char *dir, const ember_options *opts, ember_db **out)
 	db->magic = DB_MAGIC; /* sessions (the compactor's first) need it */
 	rc = compactor_start(db);
 	if (rc < 0)
-		goto undo_cidx;
+		goto undo_rc;
 	rc = super_step(db, 1);
 	if (rc < 0)
 		goto undo_compactor;
@@ -415,8 +424,10 @@ int ember_open(const char *dir, const ember_options *opts, ember_db **out)
 
 undo_compactor:
 	compactor_stop(db);
-undo_cidx:
+undo_rc:
 	db->magic = 0;
+	rc_close(db);
+undo_cidx_only:
 	ci_destroy(&db->cidx);
 undo_chunks:
 	log_close(&db->chunk_file, &db->chunks);
@@ -448,6 +459,7 @@ int ember_close(ember_db *db)
 		return EMBER_EBUSY;
 	compactor_stop(db);
 	db->magic = 0;
+	rc_close(db);
 	ci_destroy(&db->cidx);
 	log_close(&db->chunk_file, &db->chunks);
 	log_close(&db->cold_file, &db->cold);

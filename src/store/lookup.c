@@ -50,6 +50,15 @@ static struct em_file *phase_file(struct ember_db *db, int phase)
 static void finish(struct lookup_run *run, struct lookup *l, int status, struct record *rec,
 		   int in_memory)
 {
+	if (status == 0 && l->phase == LK_COLD && (l->flags & LK_FILL_RC) && run->s->db->rc) {
+		struct ember_db *db = run->s->db;
+		int was = epoch_is_protected(db->ep, run->s->slot);
+		if (!was)
+			epoch_protect(db->ep, run->s->slot);
+		rc_insert(run->s, l->hash, l->hot_entry, rec);
+		if (!was)
+			epoch_unprotect(db->ep, run->s->slot);
+	}
 	run->done(run->ctx, l, status, rec, in_memory);
 }
 
@@ -102,7 +111,19 @@ static int lk_resolve(struct lookup_run *run, struct lookup *l)
 		uint64_t a = l->addr;
 		if (a == LK_FROM_INDEX) {
 			uint64_t e = 0;
-			a = hi_find(&db->index, l->hash, &e) ? hi_entry_addr(e) : 0;
+			a = 0;
+			if (hi_find(&db->index, l->hash, &e)) {
+				struct record *x = (l->flags & LK_HOT_ONLY) ? NULL : rc_hit(db, e, l->key, l->klen);
+				if (x) {
+					l->phase = LK_HOT; /* found above the hot chain: current */
+					l->found = 0;
+					stat_add(&run->s->st.reads[TIER_RC], 1);
+					finish(run, l, 0, x, 1);
+					return LK_FINISHED;
+				}
+				a = hot_chain(db, e);
+			}
+			l->hot_entry = e;
 		}
 		uint64_t at;
 		struct record *r = trace_mem(db->hot, a, l->key, l->klen, &at);

@@ -116,7 +116,7 @@ static int blind_write(ember_session *s, const void *key, uint32_t klen, const v
 		}
 		if (slot) {
 			uint64_t ro = hlog_load(&hot->read_only);
-			uint64_t a = hi_entry_addr(e);
+			uint64_t a = hot_chain(db, e);
 			struct record *r = NULL;
 			while (a >= ro && a >= EM_LOG_START) {
 				struct record *c = hlog_rec(hot, a);
@@ -162,7 +162,7 @@ static int blind_write(ember_session *s, const void *key, uint32_t klen, const v
 			continue;
 		}
 		struct record *nr = hlog_rec(hot, na);
-		rec_init(nr, slot ? hi_entry_addr(e) : 0, tomb ? REC_TOMBSTONE : 0, key, klen, val,
+		rec_init(nr, slot ? hot_chain(db, e) : 0, tomb ? REC_TOMBSTONE : 0, key, klen, val,
 			 tomb ? 0 : vlen, cap);
 		rc = link_record(db, hash, slot, e, na);
 		if (rc == 0) {
@@ -236,8 +236,16 @@ int ember_get(ember_session *s, const void *key, size_t klen, void *buf, size_t 
 	epoch_protect(db->ep, s->slot);
 	uint64_t e = 0, at = 0;
 	struct record *r = NULL;
-	if (hi_find(&db->index, hash, &e))
-		r = trace_mem(db->hot, hi_entry_addr(e), key, (uint32_t)klen, &at);
+	if (hi_find(&db->index, hash, &e)) {
+		struct record *x = rc_hit(db, e, key, (uint32_t)klen);
+		if (x) {
+			rc = rec_read_value(x, buf, cap, vlen);
+			stat_add(&s->st.reads[TIER_RC], 1);
+			epoch_unprotect(db->ep, s->slot);
+			return rc;
+		}
+		r = trace_mem(db->hot, hot_chain(db, e), key, (uint32_t)klen, &at);
+	}
 	if (r) {
 		rc = rec_read_value(r, buf, cap, vlen);
 		stat_add(&s->st.reads[TIER_HOT_MEM], 1);
@@ -246,7 +254,8 @@ int ember_get(ember_session *s, const void *key, size_t klen, void *buf, size_t 
 	}
 	epoch_unprotect(db->ep, s->slot);
 	/* on disk or cold: at is where the hot chain left memory (0: no chain) */
-	struct lookup lk = {.key = key, .klen = (uint32_t)klen, .phase = LK_HOT, .hash = hash, .addr = at};
+	struct lookup lk = {.key = key, .klen = (uint32_t)klen, .phase = LK_HOT, .flags = LK_FILL_RC,
+			    .hash = hash, .addr = at, .hot_entry = e};
 	struct get_ctx g = {buf, cap, vlen, EMBER_EIO};
 	rc = lookups_run(s, &lk, 1, get_done, &g);
 	return rc < 0 ? rc : g.rc;
@@ -330,11 +339,18 @@ int ember_rmw(ember_session *s, const void *key, size_t klen, ember_rmw_fn fn, v
 		uint64_t e = 0;
 		hi_slot *slot = hi_find(&db->index, hash, &e);
 		uint64_t at = 0;
-		struct record *r = slot ? trace_mem(hot, hi_entry_addr(e), key, kl, &at) : NULL;
+		struct record *x = slot ? rc_hit(db, e, key, kl) : NULL;
+		struct record *r = slot && !x ? trace_mem(hot, hot_chain(db, e), key, kl, &at) : NULL;
 		struct record *locked = NULL;
 		const void *old = NULL;
 		size_t old_len = 0;
-		if (r) {
+		if (x) {
+			/* a read-cache copy is current while the entry names it; the CAS on
+			 * the entry below fails if a write replaced it meanwhile */
+			old = rec_value(x);
+			/* relaxed: read-cache records never change */
+			old_len = atomic_load_explicit(&x->val_len, memory_order_relaxed);
+		} else if (r) {
 			if (at >= hlog_load(&hot->read_only)) {
 				if (rec_lock(r) != 0)
 					continue; /* sealed: retry from the index */
@@ -408,7 +424,7 @@ int ember_rmw(ember_session *s, const void *key, size_t klen, ember_rmw_fn fn, v
 			continue;
 		}
 		struct record *nr = hlog_rec(hot, na);
-		rec_init(nr, slot ? hi_entry_addr(e) : 0, 0, key, kl, s->scratch, (uint32_t)out_len, cap);
+		rec_init(nr, slot ? hot_chain(db, e) : 0, 0, key, kl, s->scratch, (uint32_t)out_len, cap);
 		rc = link_record(db, hash, slot, e, na);
 		if (rc == 0) {
 			if (locked)

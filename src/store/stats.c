@@ -35,7 +35,7 @@ int ember_stats_get(ember_db *db, ember_stats *out)
 	tier_fill(&out->hot, db->hot);
 	tier_fill(&out->cold, db->cold);
 	struct compactor *c = db->comp;
-	uint64_t reads[4] = {0, 0, 0, 0};
+	uint64_t reads[5] = {0, 0, 0, 0, 0};
 	pthread_mutex_lock(&db->sess_mu);
 	for (struct ember_session *s = db->sessions; s; s = s->next_all) {
 		if (s->internal) {
@@ -44,7 +44,7 @@ int ember_stats_get(ember_db *db, ember_stats *out)
 			out->compaction_bytes_read += ld(&s->st.io_bytes);
 			continue;
 		}
-		for (int i = 0; i < 4; i++)
+		for (int i = 0; i < 5; i++)
 			reads[i] += ld(&s->st.reads[i]);
 		out->disk_reads += ld(&s->st.ios);
 		out->disk_bytes_read += ld(&s->st.io_bytes);
@@ -57,6 +57,8 @@ int ember_stats_get(ember_db *db, ember_stats *out)
 	out->hot.reads_disk = reads[TIER_HOT_DISK];
 	out->cold.reads_memory = reads[TIER_COLD_MEM];
 	out->cold.reads_disk = reads[TIER_COLD_DISK];
+	out->read_cache_hits = reads[TIER_RC];
+	out->read_cache_bytes = db->rc ? db->rc->mem_size : 0;
 	out->hot.compactions = ld(&c->st.passes[COMPACT_HOT]);
 	out->cold.compactions = ld(&c->st.passes[COMPACT_COLD]);
 	out->hot.compaction_bytes_written = ld(&c->st.bytes_written[COMPACT_HOT]);

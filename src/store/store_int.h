@@ -49,6 +49,7 @@ struct io_slot {
 enum { LK_HOT = 0, LK_CHUNK = 1, LK_COLD = 2 };
 #define LK_HOT_ONLY 0x1  /* stop where the hot chain ends (compaction liveness) */
 #define LK_COLD_ONLY 0x2 /* start at the cold index (cold compaction liveness) */
+#define LK_FILL_RC 0x4   /* a user read: copy a cold hit into the read cache */
 #define LK_FROM_INDEX UINT64_MAX /* addr sentinel: start at the phase's index */
 
 struct lookup {
@@ -61,6 +62,7 @@ struct lookup {
 	uint32_t want;  /* bytes to read from addr's block (0: the default first read) */
 	uint64_t found; /* where the record was found (in the phase's log) */
 	uint64_t entry; /* the cold-index entry the cold walk started from */
+	uint64_t hot_entry; /* the hot index entry seen when the lookup began (LK_FILL_RC) */
 	size_t user;    /* the caller's index for this lookup */
 };
 
@@ -74,14 +76,14 @@ typedef void (*lookup_done_fn)(void *ctx, struct lookup *l, int status, struct r
 
 /* Statistics a session counts without atomics' cost (owner-only relaxed stores). */
 struct sess_stats {
-	_Atomic uint64_t reads[4];   /* served by: hot memory, hot disk, cold memory, cold disk */
+	_Atomic uint64_t reads[5];   /* served by: hot memory, hot disk, cold memory, cold disk, read cache */
 	_Atomic uint64_t ios;        /* disk reads issued */
 	_Atomic uint64_t io_bytes;   /* bytes those reads fetched */
 	_Atomic uint64_t user_reads; /* get / get_batch keys */
 	_Atomic uint64_t user_bytes; /* record bytes appended by user writes */
 	_Atomic uint64_t user_records;
 };
-enum { TIER_HOT_MEM, TIER_HOT_DISK, TIER_COLD_MEM, TIER_COLD_DISK };
+enum { TIER_HOT_MEM, TIER_HOT_DISK, TIER_COLD_MEM, TIER_COLD_DISK, TIER_RC };
 
 static inline void stat_add(_Atomic uint64_t *c, uint64_t n)
 {
@@ -132,6 +134,8 @@ struct ember_db {
 	struct hlog *cold;
 	struct em_file chunk_file;
 	struct hlog *chunks;
+	struct hlog *rc; /* the read cache (memory only), NULL when off */
+	uint64_t rc_cursor; /* rc_evict: records below are done (its worker only) */
 	struct cold_index cidx;
 	uint64_t max_record;      /* largest record the hot log accepts */
 	uint64_t cold_max_record; /* and the cold log */
@@ -181,6 +185,46 @@ static inline struct record *trace_mem(struct hlog *l, uint64_t addr, const void
 	*at = addr;
 	return NULL;
 }
+
+/*
+ * The read cache (read_cache.c). A hot index entry with HI_READCACHE points to a
+ * record of the read-cache log: a copy of a cold record, whose previous address is
+ * the hot chain the entry held before. While the entry points to it, no newer
+ * record of its tag exists in the hot log (any write replaces the entry), so its
+ * value is current.
+ */
+static inline struct record *rc_rec(struct ember_db *db, uint64_t e)
+{
+	return hlog_rec(db->rc, hi_entry_addr(e));
+}
+
+/* Where the hot chain of entry e starts (past a read-cache record). Protected. */
+static inline uint64_t hot_chain(struct ember_db *db, uint64_t e)
+{
+	return (e & HI_READCACHE) ? rec_prev(rc_rec(db, e)) : hi_entry_addr(e);
+}
+
+/* The read-cache record of entry e if it holds key (marking the hit), else NULL.
+ * Protected. */
+static inline struct record *rc_hit(struct ember_db *db, uint64_t e, const void *key,
+				    uint32_t klen)
+{
+	if (!(e & HI_READCACHE))
+		return NULL;
+	struct record *x = rc_rec(db, e);
+	if (!rec_key_eq(x, key, klen))
+		return NULL;
+	if (!(rec_header(x) & REC_RC_HIT))
+		/* relaxed: a hint for the second chance at eviction */
+		atomic_fetch_or_explicit(&x->header, REC_RC_HIT, memory_order_relaxed);
+	return x;
+}
+
+int rc_open(struct ember_db *db, uint64_t mem);
+void rc_close(struct ember_db *db);
+/* Copy a cold hit into the read cache, linked only if the hot entry is still
+ * hot_entry. Best effort: skipped when the cache is full. Protected. */
+void rc_insert(ember_session *s, uint64_t hash, uint64_t hot_entry, struct record *rec);
 
 /* Copy a record's value out under its sequence lock (get semantics). */
 int rec_read_value(struct record *r, void *buf, size_t cap, size_t *vlen);

@@ -22,6 +22,8 @@
 
 #include "test_util.h"
 
+static int with_read_cache;
+
 static void tiny_options(ember_options *o)
 {
 	ember_options_default(o);
@@ -34,6 +36,8 @@ static void tiny_options(ember_options *o)
 	o->cold_index_chunks = 1 << 8;
 	o->cold_chunk_bytes = 128;
 	o->flags = EMBER_OPEN_TRUNCATE;
+	if (with_read_cache)
+		o->read_cache_memory = 512 << 10; /* 8 pages: evicts constantly */
 }
 
 /* ---- diff -------------------------------------------------------------------------- */
@@ -179,6 +183,9 @@ static void diff_run(void)
 	      (unsigned long long)(st.hot.compactions + st.cold.compactions));
 	CHECK(st.cold.reads_memory + st.cold.reads_disk > 0, "the cold tier served reads");
 	CHECK(st.tombstones_dropped > 0, "tombstones died in cold->cold");
+	if (with_read_cache)
+		CHECK(st.read_cache_hits > 0, "the read cache served reads");
+	printf("read cache hits %llu\n", (unsigned long long)st.read_cache_hits);
 	tu_map_free(&ref);
 	CHECK_OK(ember_session_close(s));
 	CHECK_OK(ember_close(db));
@@ -384,6 +391,7 @@ int main(int argc, char **argv)
 {
 	tu_init("tiering", argc, argv);
 	const char *mode = argc > 1 ? argv[1] : "diff";
+	with_read_cache = argc > 2 && !strcmp(argv[2], "rc");
 	if (!strcmp(mode, "diff"))
 		diff_run();
 	else if (!strcmp(mode, "concurrent"))
@@ -392,6 +400,6 @@ int main(int argc, char **argv)
 		bounded_run();
 	else
 		CHECK(0, "unknown mode %s", mode);
-	printf("tiering %s: OK\n", mode);
+	printf("tiering %s%s: OK\n", mode, with_read_cache ? " (read cache)" : "");
 	return 0;
 }

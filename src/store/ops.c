@@ -276,6 +276,11 @@ static void old_done(void *ctx, struct lookup *l, int status, struct record *rec
 	o->rc = status == EMBER_ENOTFOUND ? 0 : status;
 	if (status != 0)
 		return;
+	/* a present empty value still needs a non-NULL old (NULL means absent) */
+	if (session_buf_reserve(&o->s->oldbuf, &o->s->oldbuf_cap, 1) < 0) {
+		o->rc = EMBER_ENOMEM;
+		return;
+	}
 	for (;;) {
 		size_t n = 0;
 		int rc = lookup_copy_value(rec, in_memory, o->s->oldbuf, o->s->oldbuf_cap, &n);

@@ -68,7 +68,8 @@ enum {
 	EMBER_EBUSY = -30010,    /* the store is in use (locked by another process, or sessions open) */
 	EMBER_ESTATE = -30011,   /* the call is not valid in the object's state (e.g. a closed session) */
 	EMBER_EAGAIN = -30012,   /* try again later */
-	EMBER_ENOSPC = -30013,   /* a configured limit (sessions, disk budget) is exhausted */
+	EMBER_ENOSPC = -30013,   /* a configured limit is exhausted: sessions, or the disk
+				    budgets (live data fills them: compaction cannot make room) */
 };
 
 /* A static, human-readable explanation of any return code (Ember's or -errno). */
@@ -225,7 +226,9 @@ int ember_session_close(ember_session *s);
 
 /*
  * Insert or replace key -> value. klen 1..EMBER_MAX_KEY_LEN; vlen may be 0
- * (val may then be NULL).
+ * (val may then be NULL). Writes (put, delete, rmw) return EMBER_ENOSPC when the hot
+ * or cold log is past its disk budget and compaction cannot bring it back because
+ * the data is live; nothing was written then.
  */
 int ember_put(ember_session *s, const void *key, size_t klen, const void *val,
 	      size_t vlen);

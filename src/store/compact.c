@@ -292,6 +292,8 @@ static int compact_pass(struct compactor *c, ember_session *s, int kind, uint64_
 	uint64_t begin = hlog_load(&log->begin);
 	uint64_t a = begin;
 	size_t n = 0;
+	/* relaxed: only passes (serialised by pass_mu) add to it */
+	uint64_t written_before = atomic_load_explicit(&c->st.bytes_written[kind], memory_order_relaxed);
 	for (;;) {
 		struct record *r = NULL;
 		rc = scan_next(&sc, &a, until, n == 0, &r);
@@ -334,6 +336,13 @@ static int compact_pass(struct compactor *c, ember_session *s, int kind, uint64_
 		goto out;
 	/* every live record of [begin, a) has its copy: drop the range */
 	if (a > begin) {
+		/* a pass that rewrote almost all it scanned into the same log found it full
+		 * of live data: stop retrying until the log has grown */
+		uint64_t rewritten = kind == COMPACT_HOT ? 0
+				     : atomic_load_explicit(&c->st.bytes_written[kind], memory_order_relaxed) -
+					       written_before;
+		uint64_t freed = (a - begin) > rewritten ? (a - begin) - rewritten : 0;
+		c->stuck_used[kind] = freed < (a - begin) / 16 ? hlog_load(&log->tail) - a : 0;
 		atomic_fetch_add_explicit(&c->st.passes[kind], 1, memory_order_relaxed); /* statistic */
 		uint64_t cur = hlog_load(&log->begin);
 		/* release: the copies happen before the range is given up */
@@ -357,16 +366,21 @@ out:
 	return rc;
 }
 
-int compact_over_hard_limit(struct ember_db *db)
+/* How far the hot and cold logs are past their hard limits, in bytes. */
+static uint64_t over_limit(struct ember_db *db)
 {
+	uint64_t over = 0;
 	for (int kind = COMPACT_HOT; kind <= COMPACT_COLD; kind++) {
 		struct hlog *log = kind_log(db, kind);
 		uint64_t budget = kind_budget(db, kind);
-		if (budget && hlog_load(&log->tail) - hlog_load(&log->begin) > budget)
-			return 1;
+		uint64_t used = hlog_load(&log->tail) - hlog_load(&log->begin);
+		if (budget && used > budget)
+			over += used - budget;
 	}
-	return 0;
+	return over;
 }
+
+int compact_over_hard_limit(struct ember_db *db) { return over_limit(db) != 0; }
 
 /* Where a pass over kind should stop, 0 if none is due. */
 static uint64_t pass_until(struct ember_db *db, int kind, int force)
@@ -382,6 +396,8 @@ static uint64_t pass_until(struct ember_db *db, int kind, int force)
 	} else {
 		if (!budget || (double)used < TRIGGER * (double)budget)
 			return 0;
+		if (db->comp->stuck_used[kind] && used < db->comp->stuck_used[kind] + budget / 8)
+			return 0; /* full of live data last time: wait until it grows */
 		until = begin + (used - (uint64_t)(TARGET * (double)budget));
 	}
 	if (until > head)
@@ -428,25 +444,40 @@ int compact_assist(ember_session *s)
 	struct ember_db *db = s->db;
 	struct compactor *c = db->comp;
 	compactor_kick(c);
-	while (compact_over_hard_limit(db)) {
+	uint64_t best = over_limit(db);
+	int strikes = 0;
+	struct timespec t0, now;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (best) {
 		int err = atomic_load_explicit(&c->error, memory_order_relaxed); /* sticky flag */
 		if (err)
 			return err;
+		int ran = 0;
 		if (pthread_mutex_trylock(&c->pass_mu) == 0) {
 			pthread_mutex_unlock(&c->pass_mu);
 			stat_add(&c->st.assists, 1);
 			int rc = compact_run(db, s, -1, 0);
 			if (rc < 0)
 				return rc;
-			if (rc == 0 && compact_over_hard_limit(db)) {
-				/* nothing on disk to compact yet: let the log flush */
-				struct timespec ts = {0, 200000};
-				nanosleep(&ts, NULL);
-			}
-		} else {
+			ran = rc;
+		}
+		if (!ran) {
+			/* another thread's pass, or nothing on disk yet: let it progress */
 			struct timespec ts = {0, 200000};
 			nanosleep(&ts, NULL);
 		}
+		uint64_t over = over_limit(db);
+		if (over < best) {
+			best = over;
+			strikes = 0;
+			clock_gettime(CLOCK_MONOTONIC, &t0);
+			continue;
+		}
+		/* no progress: live data fills the budgets, so compaction cannot make
+		 * room (three passes of our own, or five seconds of waiting) */
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if ((ran && ++strikes >= 3) || now.tv_sec - t0.tv_sec >= 5)
+			return EMBER_ENOSPC;
 	}
 	return 0;
 }

@@ -35,6 +35,9 @@ struct compactor {
 	uint8_t *buf;            /* scan window, guarded by pass_mu */
 	size_t cap;
 	_Atomic int error;       /* first error a pass hit (sticky) */
+	/* per log: the used size after a pass that freed almost nothing (live data
+	 * fills the log); passes wait until it grows past that. Guarded by pass_mu. */
+	uint64_t stuck_used[3];
 	struct compact_stats st;
 };
 
@@ -43,7 +46,9 @@ void compactor_stop(struct ember_db *db);
 /* Run one pass of whatever log is over its trigger, on the caller's session (the
  * caller must not be protected). kind < 0: any. Returns 1 if a pass ran. */
 int compact_run(struct ember_db *db, struct ember_session *s, int kind, int force);
-/* A user thread found a log past its hard limit: help until it is back under. */
+/* A user thread found a log past its hard limit: help until it is back under.
+ * Returns EMBER_ENOSPC when compaction cannot bring it back (live data fills the
+ * budgets). */
 int compact_assist(struct ember_session *s);
 
 /* Is the hot (or cold) log past its hard disk budget? */

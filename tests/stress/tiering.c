@@ -9,6 +9,8 @@
  *   concurrent  4 threads: rmw counters (no lost update, never a decreasing read)
  *               and owner-written versioned values (never older than already seen)
  *               while compaction runs in the background and in writers (assists).
+ *   enospc      live data larger than the budgets: writes end with EMBER_ENOSPC (not
+ *               a hang) and what was written stays readable.
  *   bounded     an update-only load of many times the disk budgets: the hot and cold
  *               logs never exceed their budgets (plus one pass of slack), and the
  *               files' allocated blocks stay bounded too (space is released).
@@ -387,6 +389,41 @@ static void bounded_run(void)
 	tu_tmpdir_remove(dir);
 }
 
+/* ---- enospc: live data larger than the budgets -------------------------------------- */
+
+static void enospc_run(void)
+{
+	char dir[512];
+	CHECK(tu_tmpdir_make("tier-nospc", dir, sizeof(dir)) == 0, "tmpdir");
+	ember_options o;
+	tiny_options(&o);
+	ember_db *db;
+	ember_session *s;
+	CHECK_OK(ember_open(dir, &o, &db));
+	CHECK_OK(ember_session_open(db, &s));
+	static uint8_t v[1000], g[1000];
+	uint64_t i, limit = 4 * (o.hot_disk_budget + o.cold_disk_budget) / sizeof(v);
+	int rc = 0;
+	double t0 = tu_now();
+	for (i = 0; i < limit; i++) {
+		memset(v, (int)i, sizeof(v));
+		rc = ember_put(s, &i, sizeof(i), v, sizeof(v));
+		if (rc)
+			break;
+	}
+	printf("ENOSPC after %llu distinct keys (%.1f s)\n", (unsigned long long)i, tu_now() - t0);
+	CHECK(rc == EMBER_ENOSPC, "a full store answers EMBER_ENOSPC, got %d (%s)", rc, ember_strerror(rc));
+	/* what was written before stays readable, and reads still work */
+	for (uint64_t k = 0; k < i; k += 7) {
+		size_t vl;
+		CHECK_OK(ember_get(s, &k, sizeof(k), g, sizeof(g), &vl));
+		CHECK(vl == sizeof(g) && g[0] == (uint8_t)k && g[999] == (uint8_t)k, "key %llu", (unsigned long long)k);
+	}
+	CHECK_OK(ember_session_close(s));
+	CHECK_OK(ember_close(db));
+	tu_tmpdir_remove(dir);
+}
+
 int main(int argc, char **argv)
 {
 	tu_init("tiering", argc, argv);
@@ -398,6 +435,8 @@ int main(int argc, char **argv)
 		concurrent_run();
 	else if (!strcmp(mode, "bounded"))
 		bounded_run();
+	else if (!strcmp(mode, "enospc"))
+		enospc_run();
 	else
 		CHECK(0, "unknown mode %s", mode);
 	printf("tiering %s%s: OK\n", mode, with_read_cache ? " (read cache)" : "");

@@ -93,6 +93,36 @@ static int link_record(struct ember_db *db, uint64_t hash, hi_slot *slot, uint64
 	return rc; /* 0 inserted, 1 someone else created the entry: retry, <0 error */
 }
 
+#define RESERVE_RETRY 1
+
+/*
+ * Room for size bytes at the hot tail, at *na. Returns 0; RESERVE_RETRY after
+ * helping compaction or waiting for log space (the epoch was left: start the
+ * operation over); or an error. locked (may be NULL) is a record lock the caller
+ * holds: released before any wait, never on success.
+ */
+static int hot_reserve(ember_session *s, uint64_t size, struct record *locked, uint64_t *na)
+{
+	struct ember_db *db = s->db;
+	int rc;
+	if (compact_over_hard_limit(db)) {
+		/* the disk budget is spent: help compaction before growing the log */
+		if (locked)
+			rec_unlock(locked, 0);
+		epoch_unprotect(db->ep, s->slot);
+		rc = compact_assist(s);
+		epoch_protect(db->ep, s->slot);
+		return rc < 0 ? rc : RESERVE_RETRY;
+	}
+	*na = hlog_alloc(db->hot, size);
+	if (*na)
+		return 0;
+	if (locked)
+		rec_unlock(locked, 0);
+	rc = hlog_wait(db->hot, size, s->slot);
+	return rc ? rc : RESERVE_RETRY;
+}
+
 /* put (tomb == 0) and delete (tomb == 1) */
 static int blind_write(ember_session *s, const void *key, uint32_t klen, const void *val,
 		       uint32_t vlen, int tomb)
@@ -145,22 +175,12 @@ static int blind_write(ember_session *s, const void *key, uint32_t klen, const v
 				break;
 			}
 		}
-		if (compact_over_hard_limit(db)) {
-			/* the disk budget is spent: help compaction before growing the log */
-			epoch_unprotect(db->ep, s->slot);
-			rc = compact_assist(s);
-			epoch_protect(db->ep, s->slot);
-			if (rc < 0)
-				break;
+		uint64_t na = 0;
+		rc = hot_reserve(s, size, NULL, &na);
+		if (rc == RESERVE_RETRY)
 			continue;
-		}
-		uint64_t na = hlog_alloc(hot, size);
-		if (!na) {
-			rc = hlog_wait(hot, size, s->slot);
-			if (rc)
-				break;
-			continue;
-		}
+		if (rc < 0)
+			break;
 		struct record *nr = hlog_rec(hot, na);
 		rec_init(nr, slot ? hot_chain(db, e) : 0, tomb ? REC_TOMBSTONE : 0, key, klen, val,
 			 tomb ? 0 : vlen, cap);
@@ -408,26 +428,12 @@ int ember_rmw(ember_session *s, const void *key, size_t klen, ember_rmw_fn fn, v
 		}
 		uint32_t cap = rec_cap_for(out_len);
 		uint64_t size = rec_size(kl, cap);
-		if (compact_over_hard_limit(db)) {
-			/* the disk budget is spent: help compaction before growing the log */
-			if (locked)
-				rec_unlock(locked, 0);
-			epoch_unprotect(db->ep, s->slot);
-			rc = compact_assist(s);
-			epoch_protect(db->ep, s->slot);
-			if (rc < 0)
-				break;
+		uint64_t na = 0;
+		rc = hot_reserve(s, size, locked, &na);
+		if (rc == RESERVE_RETRY)
 			continue;
-		}
-		uint64_t na = hlog_alloc(hot, size);
-		if (!na) {
-			if (locked)
-				rec_unlock(locked, 0);
-			rc = hlog_wait(hot, size, s->slot);
-			if (rc)
-				break;
-			continue;
-		}
+		if (rc < 0)
+			break; /* hot_reserve released the lock */
 		struct record *nr = hlog_rec(hot, na);
 		rec_init(nr, slot ? hot_chain(db, e) : 0, 0, key, kl, s->scratch, (uint32_t)out_len, cap);
 		rc = link_record(db, hash, slot, e, na);

@@ -90,6 +90,7 @@ int ember_get_batch(ember_session *s, size_t n, const void *const keys[], const 
 			hi_prefetch(&db->index, s->bhash[i]);
 		}
 		uint64_t head = hlog_load(&hot->head);
+		uint64_t t0 = hlog_load(&hot->tail);
 		for (size_t i = g; i < end; i++) {
 			uint64_t e = 0;
 			s->baddr[i] = hi_find(&db->index, s->bhash[i], &e) ? e : 0; /* the whole entry */
@@ -122,6 +123,7 @@ int ember_get_batch(ember_session *s, size_t n, const void *const keys[], const 
 							.hash = s->bhash[i],
 							.addr = at,
 							.hot_entry = e,
+							.hot_tail = t0,
 							.user = i};
 			ndisk++;
 		}

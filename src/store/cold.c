@@ -45,8 +45,8 @@ int session_read_sync(ember_session *s, struct em_file *f, void *buf, uint32_t l
 		s->ring_broken = 1;
 		return rc;
 	}
-	stat_add(&s->st.ios, 1);
-	stat_add(&s->st.io_bytes, len);
+	stat_add(&s->cur->ios, 1);
+	stat_add(&s->cur->io_bytes, len);
 	return r.res;
 }
 
@@ -239,10 +239,11 @@ int cold_insert(ember_session *s, uint64_t hash, struct record *src, uint64_t ex
 {
 	struct ember_db *db = s->db;
 	struct hlog *cold = db->cold;
-	uint32_t vlen = atomic_load_explicit(&src->val_len, memory_order_relaxed); /* immutable */
+	uint64_t flags = rec_header(src) & REC_TOMBSTONE;
+	/* immutable; a tombstone (even one made in place) carries no value */
+	uint32_t vlen = flags ? 0 : atomic_load_explicit(&src->val_len, memory_order_relaxed);
 	uint32_t cap = rec_cap_for(vlen);
 	uint64_t size = rec_size(src->key_len, cap);
-	uint64_t flags = rec_header(src) & REC_TOMBSTONE;
 	for (;;) {
 		/* read the entry first: this may leave the epoch; nothing is held yet */
 		uint64_t e;
@@ -276,6 +277,10 @@ int cold_insert(ember_session *s, uint64_t hash, struct record *src, uint64_t ex
 				return rc;
 		} else if (rc < 0) {
 			return rc;
+		} else {
+			/* nothing is held now: leave the epoch, or a chunk in the fuzzy
+			 * region could never become safe (our own epoch holds it back) */
+			epoch_refresh(db->ep, s->slot);
 		}
 	}
 }

@@ -10,7 +10,10 @@
  *  1. Liveness: a record R of key K at address a is live iff the newest record of K
  *     in R's log is R: a lookup restricted to that log (LK_HOT_ONLY for the hot log,
  *     LK_COLD_ONLY for the cold log) finds K first at a. Anything newer of K above
- *     a makes R dead; a chain that never reaches a (R was never linked) too.
+ *     a makes R dead; a chain that never reaches a (R was never linked) too. A cold
+ *     record is also dead when K has any record in the hot log: reads stop there,
+ *     and that record reaches the cold log later as K's newest (so deletes free
+ *     cold space without waiting for their tombstones to leave the hot log).
  *  2. Hot->cold: live records and live tombstones are appended to the cold log as
  *     the newest of their cold chain (cold_insert, COLD_ANY). A newer hot version of
  *     K written meanwhile shadows the copy (reads look at the hot log first), and it
@@ -25,11 +28,12 @@
  *     copied to the tail and linked by CAS on the table (a lost race means a newer
  *     copy exists: fine).
  *  5. Only after every live record of [begin, new_begin) has a copy does begin move
- *     (atomic max). Readers that still chase an address below the new begin find
- *     the record gone (or the space released) and restart from the index
- *     (lookup.c, note 2); so after one epoch the space is released with a
- *     punch-hole, and hot index entries pointing below begin are cleared by CAS
- *     (a concurrent writer's CAS on the same entry wins or loses cleanly).
+ *     (atomic max). Disk readers read unprotected: one that still chases an address
+ *     below the new begin finds the record gone (or the space released) and
+ *     restarts from the index (lookup.c, note 2). The epoch wait before clearing
+ *     hot index entries (by CAS) orders the copies before anyone can see a cleared
+ *     entry, and lets a thread that checked begin while protected rely on no entry
+ *     being cleared until it leaves (the ABA check in ember_rmw and rc_insert).
  *
  * Triggers: a log's used size is tail - begin. A pass starts when it passes
  * trigger (80%) of its budget and compacts down to 60%; a user write that finds
@@ -141,23 +145,48 @@ static void live_done(void *ctx, struct lookup *l, int status, struct record *re
 	c->entry = l->entry;
 }
 
-/* Decide liveness of every candidate (all lookups in flight together). */
+/* Cold->cold: a key that has any record in the hot log (a newer value or a
+ * tombstone) makes every cold record of it dead: reads never get past the hot one. */
+static void shadow_done(void *ctx, struct lookup *l, int status, struct record *rec, int in_memory)
+{
+	(void)rec;
+	(void)in_memory;
+	struct live_ctx *lc = ctx;
+	lc->cand[l->user].live = status != 0; /* not in hot: still a candidate */
+}
+
+static void lookup_for(struct lookup *l, struct cand *c, size_t user, int phase, int flags)
+{
+	struct record *r = c->rec;
+	*l = (struct lookup){.key = rec_key(r),
+			     .klen = r->key_len,
+			     .phase = (uint8_t)phase,
+			     .flags = (uint8_t)flags,
+			     .hash = c->hash,
+			     .addr = LK_FROM_INDEX,
+			     .user = user};
+}
+
+/* Decide liveness of every candidate (each step's lookups all in flight). */
 static int group_liveness(ember_session *s, struct cand *cand, size_t n, int kind,
 			  struct lookup *lk)
 {
-	for (size_t i = 0; i < n; i++) {
-		struct record *r = cand[i].rec;
-		lk[i] = (struct lookup){.key = rec_key(r),
-					.klen = r->key_len,
-					.phase = kind == COMPACT_HOT ? LK_HOT : LK_COLD,
-					.flags = kind == COMPACT_HOT ? LK_HOT_ONLY : LK_COLD_ONLY,
-					.hash = cand[i].hash,
-					.addr = LK_FROM_INDEX,
-					.user = i};
-		cand[i].live = 0;
-	}
 	struct live_ctx lc = {cand, kind == COMPACT_HOT ? LK_HOT : LK_COLD};
-	return lookups_run(s, lk, n, live_done, &lc);
+	if (kind == COMPACT_HOT) {
+		for (size_t i = 0; i < n; i++)
+			lookup_for(&lk[i], &cand[i], i, LK_HOT, LK_HOT_ONLY);
+		return lookups_run(s, lk, n, live_done, &lc);
+	}
+	for (size_t i = 0; i < n; i++)
+		lookup_for(&lk[i], &cand[i], i, LK_HOT, LK_HOT_ONLY);
+	int rc = lookups_run(s, lk, n, shadow_done, &lc);
+	if (rc < 0)
+		return rc;
+	size_t m = 0;
+	for (size_t i = 0; i < n; i++)
+		if (cand[i].live)
+			lookup_for(&lk[m++], &cand[i], i, LK_COLD, LK_COLD_ONLY);
+	return m ? lookups_run(s, lk, m, live_done, &lc) : 0;
 }
 
 static int group_process(struct compactor *c, ember_session *s, struct cand *cand, size_t n,
@@ -182,6 +211,8 @@ static int group_process(struct compactor *c, ember_session *s, struct cand *can
 			if (rc == 0) {
 				stat_add(&c->st.records_moved[kind], 1);
 				stat_add(&c->st.bytes_written[kind], rec_total_size(r));
+				if (kind == COMPACT_HOT && (rec_header(r) & REC_TOMBSTONE))
+					c->stuck_used[COMPACT_COLD] = 0; /* deletes: cold can shrink */
 				break;
 			}
 			/* the cold chain changed under us: decide again for this one */
@@ -313,9 +344,9 @@ static int compact_pass(struct compactor *c, ember_session *s, int kind, uint64_
 		if (rc < 0)
 			break;
 		uint64_t size = rec_total_size(r);
-		stat_add(&c->st.records_scanned[kind], 1);
 		stat_add(&c->st.bytes_scanned[kind], size);
 		if (!(rec_header(r) & (REC_FILLER | REC_INVALID))) {
+			stat_add(&c->st.records_scanned[kind], 1);
 			if (kind == COMPACT_CHUNKS) {
 				rc = chunk_copy(c, s, a, r);
 				if (rc < 0)
@@ -351,7 +382,9 @@ static int compact_pass(struct compactor *c, ember_session *s, int kind, uint64_
 									 memory_order_relaxed))
 			;
 		epoch_wait_safe(db);
-		uint64_t from = em_align_up(begin, EM_IO_ALIGN), to = em_align_down(a, EM_IO_ALIGN);
+		/* the block holding the old begin is dead now too (it was the last,
+		 * partly live block of the previous pass) */
+		uint64_t from = em_align_down(begin, EM_IO_ALIGN), to = em_align_down(a, EM_IO_ALIGN);
 		if (to > from) {
 			int prc = em_io_punch(&s->ring, f, from, to - from);
 			if (prc < 0 && prc != -EOPNOTSUPP)
@@ -426,6 +459,8 @@ int compact_run(struct ember_db *db, ember_session *s, int kind, int force)
 			return rc;
 		}
 		ran = 1;
+		/* relaxed: a sticky flag; a pass that worked ends the error */
+		atomic_store_explicit(&c->error, 0, memory_order_relaxed);
 	}
 	pthread_mutex_unlock(&c->pass_mu);
 	return ran;
@@ -456,7 +491,9 @@ int compact_assist(ember_session *s)
 		if (pthread_mutex_trylock(&c->pass_mu) == 0) {
 			pthread_mutex_unlock(&c->pass_mu);
 			stat_add(&c->st.assists, 1);
+			s->cur = &s->comp_st; /* this I/O is compaction's, not a user read's */
 			int rc = compact_run(db, s, -1, 0);
+			s->cur = &s->st;
 			if (rc < 0)
 				return rc;
 			ran = rc;
@@ -571,6 +608,6 @@ int ember_compact(ember_db *db, int force)
 	if (rc < 0)
 		return rc;
 	rc = compact_run(db, s, -1, force);
-	session_destroy(s);
+	session_free_internal(s);
 	return rc < 0 ? rc : 0;
 }

@@ -55,11 +55,40 @@ static void finish(struct lookup_run *run, struct lookup *l, int status, struct 
 		int was = epoch_is_protected(db->ep, run->s->slot);
 		if (!was)
 			epoch_protect(db->ep, run->s->slot);
-		rc_insert(run->s, l->hash, l->hot_entry, rec);
+		rc_insert(run->s, l->hash, l->hot_entry, l->hot_tail, rec);
 		if (!was)
 			epoch_unprotect(db->ep, run->s->slot);
 	}
 	run->done(run->ctx, l, status, rec, in_memory);
+}
+
+static int lk_cold_start(struct lookup_run *run, struct lookup *l);
+
+/*
+ * A cold chain ended at an address below the cold log's begin. Cold->cold
+ * compaction copies live records to the tail before moving begin, and links each
+ * copy from the chunk entry: if this walk started from an entry that has changed
+ * since, the key may live in such a copy, so start over from the chunk. A walk from
+ * the current entry that ends below begin has truly not found the key (bounded
+ * retries keep a stream of passes from looping us). Caller protected.
+ */
+static int lk_cold_end(struct lookup_run *run, struct lookup *l, uint64_t prev)
+{
+	struct ember_db *db = run->s->db;
+	if (prev >= EM_LOG_START && l->restarts < 16) {
+		struct cold_index *ci = &db->cidx;
+		uint64_t ca = ci_table_load(ci, ci_chunk_of(ci, l->hash));
+		/* the same copy on disk is immutable; one in memory may be CAS'd in place */
+		int moved = ca != l->chunk_addr ||
+			    (ca >= hlog_load(&db->chunks->head) &&
+			     ci_entry(ci, hlog_rec(db->chunks, ca), l->hash) != l->entry);
+		if (moved) {
+			l->restarts++;
+			return lk_cold_start(run, l);
+		}
+	}
+	finish(run, l, EMBER_ENOTFOUND, NULL, 0);
+	return LK_FINISHED;
 }
 
 /* The cold part of the memory walk, from cold-chain address a. Caller protected. */
@@ -72,14 +101,16 @@ static int lk_cold_walk(struct lookup_run *run, struct lookup *l, uint64_t a)
 	if (r) {
 		l->phase = LK_COLD;
 		l->found = at;
-		stat_add(&run->s->st.reads[TIER_COLD_MEM], 1);
+		stat_add(&run->s->cur->reads[TIER_COLD_MEM], 1);
 		finish(run, l, 0, r, 1);
 		return LK_FINISHED;
 	}
-	if (!a || at < hlog_load(&db->cold->begin)) {
+	if (!a || at < EM_LOG_START) {
 		finish(run, l, EMBER_ENOTFOUND, NULL, 0);
 		return LK_FINISHED;
 	}
+	if (at < hlog_load(&db->cold->begin))
+		return lk_cold_end(run, l, at);
 	l->phase = LK_COLD;
 	l->addr = at;
 	return LK_READ;
@@ -91,6 +122,7 @@ static int lk_cold_start(struct lookup_run *run, struct lookup *l)
 	struct ember_db *db = run->s->db;
 	struct cold_index *ci = &db->cidx;
 	uint64_t ca = ci_table_load(ci, ci_chunk_of(ci, l->hash));
+	l->chunk_addr = ca;
 	if (!ca) {
 		finish(run, l, EMBER_ENOTFOUND, NULL, 0);
 		return LK_FINISHED;
@@ -112,12 +144,13 @@ static int lk_resolve(struct lookup_run *run, struct lookup *l)
 		if (a == LK_FROM_INDEX) {
 			uint64_t e = 0;
 			a = 0;
+			l->hot_tail = hlog_load(&db->hot->tail);
 			if (hi_find(&db->index, l->hash, &e)) {
 				struct record *x = (l->flags & LK_HOT_ONLY) ? NULL : rc_hit(db, e, l->key, l->klen);
 				if (x) {
 					l->phase = LK_HOT; /* found above the hot chain: current */
 					l->found = 0;
-					stat_add(&run->s->st.reads[TIER_RC], 1);
+					stat_add(&run->s->cur->reads[TIER_RC], 1);
 					finish(run, l, 0, x, 1);
 					return LK_FINISHED;
 				}
@@ -129,7 +162,7 @@ static int lk_resolve(struct lookup_run *run, struct lookup *l)
 		struct record *r = trace_mem(db->hot, a, l->key, l->klen, &at);
 		if (r) {
 			l->found = at;
-			stat_add(&run->s->st.reads[TIER_HOT_MEM], 1);
+			stat_add(&run->s->cur->reads[TIER_HOT_MEM], 1);
 			finish(run, l, 0, r, 1);
 			return LK_FINISHED;
 		}
@@ -207,8 +240,8 @@ static int issue(ember_session *s, struct lookup *l, uint32_t idx, uint32_t li)
 	io->lookup = li;
 	io->off = off;
 	io->len = (uint32_t)len;
-	stat_add(&s->st.ios, 1);
-	stat_add(&s->st.io_bytes, len);
+	stat_add(&s->cur->ios, 1);
+	stat_add(&s->cur->io_bytes, len);
 	return em_ring_read(&s->ring, phase_file(s->db, l->phase), buf, (uint32_t)len, off, idx);
 }
 
@@ -299,7 +332,7 @@ static void on_read(struct lookup_run *run, uint32_t idx, int res)
 	}
 	if (rec_key_eq(r, l->key, l->klen)) {
 		l->found = l->addr;
-		stat_add(&s->st.reads[l->phase == LK_HOT ? TIER_HOT_DISK : TIER_COLD_DISK], 1);
+		stat_add(&s->cur->reads[l->phase == LK_HOT ? TIER_HOT_DISK : TIER_COLD_DISK], 1);
 		finish(run, l, 0, r, 0);
 		next = LK_FINISHED;
 		goto out;
@@ -319,6 +352,10 @@ static void on_read(struct lookup_run *run, uint32_t idx, int res)
 	if (l->phase == LK_HOT && !(l->flags & LK_HOT_ONLY)) {
 		epoch_protect(db->ep, s->slot);
 		next = lk_cold_start(run, l);
+		epoch_unprotect(db->ep, s->slot);
+	} else if (l->phase == LK_COLD) {
+		epoch_protect(db->ep, s->slot);
+		next = lk_cold_end(run, l, prev);
 		epoch_unprotect(db->ep, s->slot);
 	} else {
 		finish(run, l, EMBER_ENOTFOUND, NULL, 0);

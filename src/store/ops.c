@@ -96,16 +96,20 @@ static int link_record(struct ember_db *db, uint64_t hash, hi_slot *slot, uint64
 #define RESERVE_RETRY 1
 
 /*
- * Room for size bytes at the hot tail, at *na. Returns 0; RESERVE_RETRY after
+ * Room for size bytes at the hot tail, at *na (a delete is let through past the
+ * disk budget). Returns 0; RESERVE_RETRY after
  * helping compaction or waiting for log space (the epoch was left: start the
  * operation over); or an error. locked (may be NULL) is a record lock the caller
  * holds: released before any wait, never on success.
  */
-static int hot_reserve(ember_session *s, uint64_t size, struct record *locked, uint64_t *na)
+static int hot_reserve(ember_session *s, uint64_t size, struct record *locked, int is_delete,
+		       uint64_t *na)
 {
 	struct ember_db *db = s->db;
 	int rc;
-	if (compact_over_hard_limit(db)) {
+	/* deletes pass even at the hard limit: their tombstones are how live data
+	 * shrinks again after EMBER_ENOSPC */
+	if (!is_delete && compact_over_hard_limit(db)) {
 		/* the disk budget is spent: help compaction before growing the log */
 		if (locked)
 			rec_unlock(locked, 0);
@@ -176,7 +180,7 @@ static int blind_write(ember_session *s, const void *key, uint32_t klen, const v
 			}
 		}
 		uint64_t na = 0;
-		rc = hot_reserve(s, size, NULL, &na);
+		rc = hot_reserve(s, size, NULL, tomb, &na);
 		if (rc == RESERVE_RETRY)
 			continue;
 		if (rc < 0)
@@ -254,6 +258,7 @@ int ember_get(ember_session *s, const void *key, size_t klen, void *buf, size_t 
 	uint64_t hash = em_hash(key, klen);
 	stat_add(&s->st.user_reads, 1);
 	epoch_protect(db->ep, s->slot);
+	uint64_t t0 = hlog_load(&db->hot->tail);
 	uint64_t e = 0, at = 0;
 	struct record *r = NULL;
 	if (hi_find(&db->index, hash, &e)) {
@@ -275,7 +280,7 @@ int ember_get(ember_session *s, const void *key, size_t klen, void *buf, size_t 
 	epoch_unprotect(db->ep, s->slot);
 	/* on disk or cold: at is where the hot chain left memory (0: no chain) */
 	struct lookup lk = {.key = key, .klen = (uint32_t)klen, .phase = LK_HOT, .flags = LK_FILL_RC,
-			    .hash = hash, .addr = at, .hot_entry = e};
+			    .hash = hash, .addr = at, .hot_entry = e, .hot_tail = t0};
 	struct get_ctx g = {buf, cap, vlen, EMBER_EIO};
 	rc = lookups_run(s, &lk, 1, get_done, &g);
 	return rc < 0 ? rc : g.rc;
@@ -361,6 +366,8 @@ int ember_rmw(ember_session *s, const void *key, size_t klen, ember_rmw_fn fn, v
 	uint32_t kl = (uint32_t)klen;
 	epoch_protect(db->ep, s->slot);
 	for (;;) {
+		/* the hot tail before looking: see the check before hi_insert below */
+		uint64_t t0 = hlog_load(&hot->tail);
 		uint64_t e = 0;
 		hi_slot *slot = hi_find(&db->index, hash, &e);
 		uint64_t at = 0;
@@ -406,6 +413,14 @@ int ember_rmw(ember_session *s, const void *key, size_t klen, ember_rmw_fn fn, v
 				old_len = o.len;
 			}
 		}
+		if (!slot && hlog_load(&hot->begin) > t0) {
+			/* no entry when we looked: a put may have created one since, had its
+			 * record compacted and the entry cleared back to nothing, and a new
+			 * entry would then hide its value. Compaction clears entries only an
+			 * epoch after moving begin, so while begin is still at or below t0
+			 * (checked here, protected until the insert) that cannot happen. */
+			continue;
+		}
 		size_t out_len = 0;
 		rc = call_rmw(s, fn, arg, old, old_len, &out_len);
 		if (rc == 0)
@@ -429,7 +444,7 @@ int ember_rmw(ember_session *s, const void *key, size_t klen, ember_rmw_fn fn, v
 		uint32_t cap = rec_cap_for(out_len);
 		uint64_t size = rec_size(kl, cap);
 		uint64_t na = 0;
-		rc = hot_reserve(s, size, locked, &na);
+		rc = hot_reserve(s, size, locked, 0, &na);
 		if (rc == RESERVE_RETRY)
 			continue;
 		if (rc < 0)

@@ -99,7 +99,8 @@ void rc_close(struct ember_db *db)
 	db->rc = NULL;
 }
 
-void rc_insert(ember_session *s, uint64_t hash, uint64_t hot_entry, struct record *rec)
+void rc_insert(ember_session *s, uint64_t hash, uint64_t hot_entry, uint64_t hot_tail,
+	       struct record *rec)
 {
 	struct ember_db *db = s->db;
 	struct hlog *rc = db->rc;
@@ -114,6 +115,8 @@ void rc_insert(ember_session *s, uint64_t hash, uint64_t hot_entry, struct recor
 	hi_slot *slot = hi_find(&db->index, hash, &e);
 	if (slot ? e != hot_entry : hot_entry != 0)
 		return; /* the tag was written meanwhile */
+	if (!slot && hlog_load(&db->hot->begin) > hot_tail)
+		return; /* an entry may have come and gone meanwhile (see ember_rmw) */
 	uint64_t na = hlog_alloc(rc, size);
 	if (!na)
 		return;

@@ -55,6 +55,7 @@ int session_create(ember_db *db, int internal, ember_session **out)
 	s->db = db;
 	s->slot = -1;
 	s->internal = internal;
+	s->cur = internal ? &s->comp_st : &s->st;
 	pthread_mutex_lock(&db->sess_mu);
 	if (!internal && db->open_sessions >= EMBER_MAX_SESSIONS) {
 		pthread_mutex_unlock(&db->sess_mu);
@@ -115,6 +116,21 @@ void session_destroy(ember_session *s)
 		db->open_sessions--;
 		pthread_mutex_unlock(&db->sess_mu);
 	}
+}
+
+void session_free_internal(ember_session *s)
+{
+	struct ember_db *db = s->db;
+	session_destroy(s);
+	pthread_mutex_lock(&db->sess_mu);
+	for (struct ember_session **p = &db->sessions; *p; p = &(*p)->next_all) {
+		if (*p == s) {
+			*p = s->next_all;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&db->sess_mu);
+	em_free(s, sizeof(*s));
 }
 
 void sessions_free(ember_db *db)

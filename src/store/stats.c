@@ -38,12 +38,9 @@ int ember_stats_get(ember_db *db, ember_stats *out)
 	uint64_t reads[5] = {0, 0, 0, 0, 0};
 	pthread_mutex_lock(&db->sess_mu);
 	for (struct ember_session *s = db->sessions; s; s = s->next_all) {
-		if (s->internal) {
-			/* compaction's own lookups: its reads are not user reads */
-			out->compaction_disk_reads += ld(&s->st.ios);
-			out->compaction_bytes_read += ld(&s->st.io_bytes);
-			continue;
-		}
+		/* compaction's I/O (internal sessions, writers' assists) is not a user's */
+		out->compaction_disk_reads += ld(&s->comp_st.ios);
+		out->compaction_bytes_read += ld(&s->comp_st.io_bytes);
 		for (int i = 0; i < 5; i++)
 			reads[i] += ld(&s->st.reads[i]);
 		out->disk_reads += ld(&s->st.ios);

@@ -63,6 +63,9 @@ struct lookup {
 	uint64_t found; /* where the record was found (in the phase's log) */
 	uint64_t entry; /* the cold-index entry the cold walk started from */
 	uint64_t hot_entry; /* the hot index entry seen when the lookup began (LK_FILL_RC) */
+	uint64_t hot_tail;  /* the hot log's tail before that (rc_insert's ABA check) */
+	uint32_t restarts;  /* cold chains that ended below begin and were retried */
+	uint64_t chunk_addr; /* the chunk copy entry was read from */
 	size_t user;    /* the caller's index for this lookup */
 };
 
@@ -114,7 +117,9 @@ struct ember_session {
 	uint64_t *baddr;
 	struct lookup *blk;
 	size_t bcap;
-	struct sess_stats st;
+	struct sess_stats st;      /* user operations */
+	struct sess_stats comp_st; /* compaction run on this session (assists, internal) */
+	struct sess_stats *cur;    /* where lookups count: st, or comp_st during a pass */
 	int internal; /* the compactor's own session: not counted as open */
 	struct ember_session *next_all;
 };
@@ -224,7 +229,8 @@ int rc_open(struct ember_db *db, uint64_t mem);
 void rc_close(struct ember_db *db);
 /* Copy a cold hit into the read cache, linked only if the hot entry is still
  * hot_entry. Best effort: skipped when the cache is full. Protected. */
-void rc_insert(ember_session *s, uint64_t hash, uint64_t hot_entry, struct record *rec);
+void rc_insert(ember_session *s, uint64_t hash, uint64_t hot_entry, uint64_t hot_tail,
+	       struct record *rec);
 
 /* Copy a record's value out under its sequence lock (get semantics). */
 int rec_read_value(struct record *r, void *buf, size_t cap, size_t *vlen);
@@ -285,6 +291,8 @@ int cold_insert(ember_session *s, uint64_t hash, struct record *src, uint64_t ex
 
 /* Create a session (internal: the library's own, not counted as open). */
 int session_create(ember_db *db, int internal, ember_session **out);
+/* Unlink and free an internal session made for one call (ember_compact). */
+void session_free_internal(ember_session *s);
 /* Release a session's resources and mark it closed (stays allocated). */
 void session_destroy(ember_session *s);
 /* Free every session of db (at ember_close). */

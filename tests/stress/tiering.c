@@ -419,6 +419,35 @@ static void enospc_run(void)
 		CHECK_OK(ember_get(s, &k, sizeof(k), g, sizeof(g), &vl));
 		CHECK(vl == sizeof(g) && g[0] == (uint8_t)k && g[999] == (uint8_t)k, "key %llu", (unsigned long long)k);
 	}
+	/* deletes still work at the limit, and once compaction has dropped what they
+	 * deleted, the store takes writes again */
+	uint64_t n = i;
+	for (uint64_t k = 0; k < n; k++)
+		if (k % 4)
+			CHECK_OK(ember_delete(s, &k, sizeof(k)));
+	for (int round = 0; round < 4; round++) {
+		CHECK_OK(ember_compact(db, 1));
+		ember_stats st;
+		CHECK_OK(ember_stats_get(db, &st));
+		printf("  after deletes, pass %d: hot %llu KiB, cold %llu KiB (budgets %llu, %llu)\n", round,
+		       (unsigned long long)(st.hot.bytes_disk >> 10), (unsigned long long)(st.cold.bytes_disk >> 10),
+		       (unsigned long long)(o.hot_disk_budget >> 10), (unsigned long long)(o.cold_disk_budget >> 10));
+	}
+	for (uint64_t k = n; k < n + n / 4; k++) {
+		memset(v, (int)k, sizeof(v));
+		rc = ember_put(s, &k, sizeof(k), v, sizeof(v));
+		CHECK(rc == 0, "put %llu after deletes: %d (%s)", (unsigned long long)k, rc, ember_strerror(rc));
+	}
+	for (uint64_t k = 0; k < n + n / 4; k++) {
+		size_t vl;
+		rc = ember_get(s, &k, sizeof(k), g, sizeof(g), &vl);
+		if (k < n && k % 4) {
+			CHECK(rc == EMBER_ENOTFOUND, "deleted key %llu: rc %d", (unsigned long long)k, rc);
+		} else {
+			CHECK(rc == 0 && vl == sizeof(g) && g[0] == (uint8_t)k, "key %llu: rc %d",
+			      (unsigned long long)k, rc);
+		}
+	}
 	CHECK_OK(ember_session_close(s));
 	CHECK_OK(ember_close(db));
 	tu_tmpdir_remove(dir);

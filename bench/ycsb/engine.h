@@ -23,12 +23,21 @@
 typedef struct ycsb_engine_params {
 	const char *dir;         /* IN: an empty directory the engine may fill */
 	uint64_t mem_budget;     /* IN: bytes of memory for the engine's data; 0 = its default */
-	uint64_t index_buckets;  /* IN: Ember's hash index size; 0 = default; others ignore */
+	uint64_t index_buckets;  /* IN: Ember's hash index size; 0 = the engine's choice;
+				    others ignore it */
 	uint64_t records;        /* IN: keys the load phase will insert */
 	size_t key_size;         /* IN: bytes per key */
 	size_t value_size;       /* IN: bytes per value */
 	unsigned max_threads;    /* IN: worker threads alive at once, at most */
 	unsigned max_batch;      /* IN: largest n read_batch() will be given */
+	/* IN: the raw data is larger than mem_budget. An engine then keeps to the
+	 * budget where it can, so that a larger-than-memory run measures its disk
+	 * path and not the OS page cache (RocksDB: O_DIRECT reads, memtables inside
+	 * the budget); one that cannot (LMDB: mmap) says so in its settings line. */
+	int bounded;
+	/* IN, Ember only: bounded, the budget is the hot log's memory alone (the
+	 * hash index and the cold tier's memory beside it) instead of the store's. */
+	int hot_log_only;
 } ycsb_engine_params;
 
 typedef struct ycsb_engine {
@@ -57,6 +66,9 @@ typedef struct ycsb_engine {
 			  size_t vlens[], int status[]);
 	int (*close)(void *db);
 	const char *(*strerror)(int rc);
+	/* Optional (NULL: none): one line of the engine's own statistics since open,
+	 * printed after an engine's last run. Called on the main thread. */
+	void (*stats)(void *db, char *out, size_t cap);
 } ycsb_engine;
 
 /*

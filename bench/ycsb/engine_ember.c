@@ -4,13 +4,56 @@
  * One ember_session per worker thread; reads copy into the driver's buffer; F's
  * read-modify-write is one ember_rmw() call (atomic against other writers);
  * batched reads go through ember_get_batch().
+ *
+ * Memory. In memory (the budget holds the data), the budget is the hot log's
+ * memory (log_memory) and the hash index gets one bucket per 4 records, outside
+ * it, as before tiering. Larger than memory (p->bounded), the budget bounds the
+ * whole store (memory_budget: hot log + hash index + cold index table + chunk log
+ * + cold log memory), so the comparison with RocksDB's block cache + memtables is
+ * not flattered by memory Ember keeps on the side:
+ *  - page size: budget / 256 within [64 KiB, 1 MiB], so that small budgets still
+ *    fit the three in-memory log tails (8 pages each at least);
+ *  - hash index: a quarter of the budget. It only covers the keys of the hot log
+ *    (compaction clears the entries of keys it moves to the cold log), so the
+ *    hot log's disk budget is sized to about 4 keys per bucket (its 7 slots then
+ *    never overflow into buckets allocated beside the budget);
+ *  - cold index: about one chain per cold key (records / 32 chunks of 256 bytes,
+ *    a power of two; the chunks live in the chunk log, on disk beyond its memory);
+ *  - cold log disk budget: twice the loaded data in log format, so that
+ *    cold->cold compaction (which stops at 60% of the budget) always has room
+ *    (Ember's default, 4 x the hot log's, is not tied to the data size).
+ * With --ember-memory hot-log (p->hot_log_only), larger than memory keeps the
+ * in-memory setup instead: the budget is the hot log's memory, the index and the
+ * cold tier's memory are beside it and the disk budgets are Ember's defaults
+ * (16 x the hot log's memory before any compaction): the hot log spills to its
+ * file, the path a store takes before compaction starts.
+ * --index-buckets overrides the hash index size either way.
  */
 #include "engine.h"
+#include "options.h"
 
 #include <ember.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+static uint64_t pow2_floor(uint64_t v)
+{
+	uint64_t p = 1;
+
+	while (p <= v / 2)
+		p <<= 1;
+	return p;
+}
+
+static uint64_t pow2_ceil(uint64_t v)
+{
+	uint64_t p = 1;
+
+	while (p < v)
+		p <<= 1;
+	return p;
+}
 
 typedef struct ember_engine_thread {
 	ember_session *session;
@@ -20,23 +63,62 @@ static int ee_open(const ycsb_engine_params *p, void **db, char *settings, size_
 {
 	ember_options opts;
 	ember_db *edb = NULL;
+	char hot[32], cold[32];
 	int rc;
 
 	ember_options_default(&opts);
-	if (p->mem_budget != 0)
-		opts.log_memory = p->mem_budget;
-	if (p->index_buckets != 0)
-		opts.index_buckets = p->index_buckets;
+	if (p->bounded && !p->hot_log_only) {
+		/* bytes of one record in a log: header, key and value, 8-aligned */
+		uint64_t rec = 32 + ((p->key_size + 7) & ~(size_t)7) +
+			       ((p->value_size + 7) & ~(size_t)7);
+		uint64_t page = pow2_floor(p->mem_budget / 256);
+
+		opts.page_size = (uint32_t)(page < (64u << 10)  ? 64u << 10
+					    : page > (1u << 20) ? 1u << 20
+								: page);
+		opts.memory_budget = p->mem_budget;
+		opts.index_buckets = p->index_buckets != 0 ? p->index_buckets
+							   : pow2_floor(p->mem_budget / 4 / 64);
+		opts.hot_disk_budget = pow2_ceil(opts.index_buckets) * 4 * rec;
+		opts.cold_disk_budget = 2 * p->records * rec;
+		opts.cold_index_chunks = pow2_ceil(p->records / 32 > 0 ? p->records / 32 : 1);
+	} else {
+		if (p->mem_budget != 0)
+			opts.log_memory = p->mem_budget;
+		opts.index_buckets = p->index_buckets != 0
+					     ? p->index_buckets
+					     : pow2_ceil(p->records / 4 > 0 ? p->records / 4 : 1);
+	}
 	opts.flags |= EMBER_OPEN_TRUNCATE; /* the driver hands us a fresh directory */
 	rc = ember_open(p->dir, &opts, &edb);
 	if (rc < 0)
 		return rc;
-	snprintf(settings, cap,
-		 "ember %s: log_memory=%" PRIu64 " MiB mutable_fraction=%.2f "
-		 "index_buckets=%" PRIu64 " page_size=%" PRIu32 " KiB io_queue_depth=%" PRIu32
-		 "; rmw=ember_rmw (atomic); batch reads=ember_get_batch",
-		 ember_version(), opts.log_memory >> 20, opts.mutable_fraction,
-		 opts.index_buckets, opts.page_size >> 10, opts.io_queue_depth);
+	if (p->bounded && !p->hot_log_only)
+		snprintf(settings, cap,
+			 "ember %s: larger than memory: memory_budget=%" PRIu64 " MiB for the "
+			 "whole store (hot log, hash index of %" PRIu64 " buckets = %" PRIu64
+			 " MiB, cold index table of %" PRIu64 " chunks, chunk and cold log "
+			 "memory); hot and cold logs with compaction, disk budgets hot %s, "
+			 "cold %s (at least twice the log's memory); page_size=%" PRIu32 " KiB "
+			 "io_queue_depth=%" PRIu32 "; rmw=ember_rmw (atomic); "
+			 "batch reads=ember_get_batch",
+			 ember_version(), opts.memory_budget >> 20, opts.index_buckets,
+			 opts.index_buckets * 64 >> 20, opts.cold_index_chunks,
+			 ycsb_fmt_bytes(opts.hot_disk_budget, hot, sizeof(hot)),
+			 ycsb_fmt_bytes(opts.cold_disk_budget, cold, sizeof(cold)),
+			 opts.page_size >> 10, opts.io_queue_depth);
+	else
+		snprintf(settings, cap,
+			 "ember %s: %slog_memory=%" PRIu64 " MiB mutable_fraction=%.2f "
+			 "index_buckets=%" PRIu64 " (%" PRIu64 " MiB, outside log_memory) "
+			 "page_size=%" PRIu32 " KiB io_queue_depth=%" PRIu32
+			 "; rmw=ember_rmw (atomic); batch reads=ember_get_batch%s",
+			 ember_version(), p->bounded ? "larger than memory, budget = hot log only "
+						       "(--ember-memory hot-log): " : "",
+			 opts.log_memory >> 20, opts.mutable_fraction,
+			 opts.index_buckets, opts.index_buckets * 64 >> 20, opts.page_size >> 10,
+			 opts.io_queue_depth,
+			 p->bounded ? "; cold tier memory and disk budgets: Ember's defaults" : "");
 	*db = edb;
 	return 0;
 }
@@ -125,6 +207,27 @@ static int ee_close(void *db)
 	return ember_close(db);
 }
 
+static void ee_stats(void *db, char *out, size_t cap)
+{
+	ember_stats s;
+
+	if (ember_stats_get(db, &s) < 0) {
+		snprintf(out, cap, "ember_stats_get failed");
+		return;
+	}
+	snprintf(out, cap,
+		 "hot log %" PRIu64 " records (%" PRIu64 " MiB on disk), cold log %" PRIu64
+		 " records (%" PRIu64 " MiB on disk); user reads from hot memory %" PRIu64
+		 ", hot disk %" PRIu64 ", cold memory %" PRIu64 ", cold disk %" PRIu64
+		 "; disk reads %" PRIu64 " (%.0f B per user read); compactions %" PRIu64
+		 " hot, %" PRIu64 " cold; write amplification %.2f; hash index %" PRIu64
+		 " MiB, cold index %" PRIu64 " MiB",
+		 s.hot.records, s.hot.bytes_disk >> 20, s.cold.records, s.cold.bytes_disk >> 20,
+		 s.hot.reads_memory, s.hot.reads_disk, s.cold.reads_memory, s.cold.reads_disk,
+		 s.disk_reads, s.read_amplification, s.hot.compactions, s.cold.compactions,
+		 s.write_amplification, s.index_bytes >> 20, s.cold_index_bytes >> 20);
+}
+
 const ycsb_engine ycsb_engine_ember = {
 	.name = "ember",
 	.open = ee_open,
@@ -137,4 +240,5 @@ const ycsb_engine ycsb_engine_ember = {
 	.read_batch = ee_read_batch,
 	.close = ee_close,
 	.strerror = ember_strerror,
+	.stats = ee_stats,
 };

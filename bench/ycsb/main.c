@@ -7,6 +7,12 @@
  * the same store (D's inserts carry over: later runs see the grown key space).
  * Each configuration's median run (by throughput) is printed as a table row and
  * kept for the JSON file.
+ *
+ * --verify makes every value self-checking (value.h): each read during the runs is
+ * checked, and after an engine's last run every key is read back once.
+ * --disk-probe measures the disk's random-read rate (diskprobe.h) in the store
+ * directory before the first engine and after the last, and the table puts each
+ * run next to the first measurement.
  */
 #include <errno.h>
 #include <ftw.h>
@@ -17,11 +23,13 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <ember.h>
 
+#include "diskprobe.h"
 #include "options.h"
 #include "report.h"
 #include "run.h"
@@ -89,8 +97,16 @@ typedef struct session_state {
 	int any_batch;
 	int any_wraps;
 	int rss_per_run;
+	double probe_rate;     /* --disk-probe's first measurement, reads/s (0: none) */
 	ycsb_result results[];
 } session_state;
+
+/* An engine's error code in words; a failed --verify check has its own. */
+static const char *err_text(const ycsb_engine *e, int rc)
+{
+	return rc == YCSB_EVERIFY ? "a value read back failed its check (see above)"
+				  : e->strerror(rc);
+}
 
 /* R runs of one configuration; the median run (by throughput) lands in *out. */
 static int run_config(session_state *st, ycsb_run_spec *spec, ycsb_result *out)
@@ -127,7 +143,7 @@ static int run_config(session_state *st, ycsb_run_spec *spec, ycsb_result *out)
 				spec->engine->name, spec->wl->name, spec->threads, spec->seed,
 				ycsb_lat_class_name(runs[r].fail_kind), runs[r].fail_key,
 				runs[r].fail_thread, runs[r].fail_index,
-				spec->engine->strerror(rc), rc);
+				err_text(spec->engine, rc), rc);
 			*out = runs[r];
 			break;
 		}
@@ -159,25 +175,27 @@ static void print_config(const ycsb_config *cfg, const char *base, int temp)
 	if (cfg->seconds > 0)
 		printf("%.1f s per run", cfg->seconds);
 	printf("; workloads ");
-	for (unsigned i = 0; i < cfg->nworkloads; i++)
+	for (unsigned i = 0; i < cfg->nworkloads; i++) {
 		printf("%s%c", i ? "," : "", cfg->workloads[i]);
+		if (cfg->wl_dist[i] >= 0 || cfg->wl_batch[i] > 0)
+			printf(":%s", cfg->wl_dist[i] >= 0 ? ycsb_dist_name(cfg->wl_dist[i]) : "");
+		if (cfg->wl_batch[i] > 0)
+			printf(":%u", cfg->wl_batch[i]);
+	}
 	printf("; threads ");
 	for (unsigned i = 0; i < cfg->nthreads; i++)
 		printf("%s%u", i ? "," : "", cfg->threads[i]);
-	printf("; batch %u; repeat %u; seed %" PRIu64 "\n", cfg->batch, cfg->repeat, cfg->seed);
-	printf("memory budget %s%s; index buckets %" PRIu64 "; store dir %s%s\n",
+	printf("; batch %u; repeat %u; seed %" PRIu64 "%s\n", cfg->batch, cfg->repeat, cfg->seed,
+	       cfg->verify ? "; --verify: every value read is checked (not for timing)" : "");
+	printf("memory budget %s%s; store dir %s%s\n",
 	       cfg->log_memory ? ycsb_fmt_bytes(cfg->log_memory, b1, sizeof(b1))
 			       : "engine default",
 	       cfg->quick && cfg->log_memory ? " (--quick: sized to hold the data)" : "",
-	       cfg->index_buckets, base, temp ? " (temporary, removed at exit)" : "");
-	{
-		uint64_t data = cfg->records * (cfg->key_size + cfg->value_size);
-		uint64_t budget = cfg->log_memory != 0 ? cfg->log_memory : 256ull << 20;
-
-		if (data > budget)
-			printf("note: raw data (%s) exceeds the memory budget: expect disk reads\n",
-			       ycsb_fmt_bytes(data, b2, sizeof(b2)));
-	}
+	       base, temp ? " (temporary, removed at exit)" : "");
+	if (ycsb_raw_data_bytes(cfg) > ycsb_budget_bytes(cfg))
+		printf("note: raw data (%s) exceeds the memory budget: expect disk reads; "
+		       "engines keep to the budget where they can (see their settings)\n",
+		       ycsb_fmt_bytes(ycsb_raw_data_bytes(cfg), b2, sizeof(b2)));
 }
 
 /* Load, then every workload x thread count, for one engine. */
@@ -190,6 +208,7 @@ static int bench_engine(session_state *st, const ycsb_engine *e, const char *bas
 	ycsb_keyseq inserts;
 	void *db = NULL;
 	double load_s = 0;
+	uint64_t verified = 0;
 	int rc;
 
 	for (unsigned i = 0; i < cfg->nthreads; i++)
@@ -209,6 +228,11 @@ static int bench_engine(session_state *st, const ycsb_engine *e, const char *bas
 	p.value_size = cfg->value_size;
 	p.max_threads = max_threads;
 	p.max_batch = cfg->batch;
+	for (unsigned i = 0; i < cfg->nworkloads; i++)
+		if (cfg->wl_batch[i] > p.max_batch)
+			p.max_batch = cfg->wl_batch[i];
+	p.hot_log_only = cfg->ember_hot_log_only;
+	p.bounded = ycsb_raw_data_bytes(cfg) > ycsb_budget_bytes(cfg);
 	rc = e->open(&p, &db, settings, sizeof(settings));
 	if (rc < 0) {
 		fprintf(stderr, "ember-ycsb: %s: open %s: %s (%d)\n", e->name, dir,
@@ -217,7 +241,7 @@ static int bench_engine(session_state *st, const ycsb_engine *e, const char *bas
 	}
 	printf("\n[%s] %s\n", e->name, settings);
 	rc = ycsb_load(e, db, cfg->records, cfg->key_size, cfg->value_size,
-		       cfg->load_threads, cfg->seed, &load_s);
+		       cfg->load_threads, cfg->seed, cfg->verify, &load_s);
 	if (rc < 0) {
 		fprintf(stderr, "ember-ycsb: %s: load: %s (%d)\n", e->name, e->strerror(rc), rc);
 		goto undo_open;
@@ -229,15 +253,19 @@ static int bench_engine(session_state *st, const ycsb_engine *e, const char *bas
 		goto undo_open;
 	for (unsigned w = 0; w < cfg->nworkloads && rc == 0; w++) {
 		const ycsb_workload *wl = ycsb_workload_find(cfg->workloads[w]);
+		ycsb_dist dist = cfg->wl_dist[w] >= 0 ? (ycsb_dist)cfg->wl_dist[w]
+				 : cfg->dist_set     ? cfg->dist
+						     : wl->default_dist;
+		unsigned batch = cfg->wl_batch[w] > 0 ? cfg->wl_batch[w] : cfg->batch;
 
 		for (unsigned t = 0; t < cfg->nthreads && rc == 0; t++) {
 			ycsb_run_spec spec = {
-				.engine = e, .db = db, .wl = wl,
-				.dist = cfg->dist_set ? cfg->dist : wl->default_dist,
+				.engine = e, .db = db, .wl = wl, .dist = dist,
 				.theta = cfg->theta, .threads = cfg->threads[t],
-				.batch = cfg->batch, .ops = cfg->ops, .seconds = cfg->seconds,
+				.batch = batch, .ops = cfg->ops, .seconds = cfg->seconds,
 				.pregen_ops = cfg->pregen, .key_size = cfg->key_size,
 				.value_size = cfg->value_size, .inserts = &inserts,
+				.verify = cfg->verify,
 			};
 			ycsb_result *res = &st->results[st->nresults];
 
@@ -245,14 +273,33 @@ static int bench_engine(session_state *st, const ycsb_engine *e, const char *bas
 			snprintf(res->settings, sizeof(res->settings), "%s", settings);
 			res->load_seconds = load_s;
 			res->records = cfg->records;
+			res->disk_reads_per_s = st->probe_rate;
+			verified += res->verified;
 			st->nresults++;
-			st->any_batch |= cfg->batch > 1;
+			st->any_batch |= batch > 1;
 			st->any_wraps |= res->wraps > 0;
 			st->rss_per_run = res->rss_per_run;
-			if (w == 0 && t == 0)
-				ycsb_report_header(stdout); /* after the generator's line */
+			if (w == 0 && t == 0) /* after the generator's line */
+				ycsb_report_header(stdout, st->probe_rate > 0);
 			ycsb_report_row(stdout, res);
 		}
+	}
+	if (cfg->verify && rc == 0) {
+		uint64_t keys = ycsb_keyseq_count(&inserts), checked = 0;
+
+		rc = ycsb_verify_all(e, db, keys, cfg->key_size, cfg->value_size, &checked);
+		printf("[%s] verify: %" PRIu64 " values checked during the runs; read-back of "
+		       "all %" PRIu64 " keys: %s\n", e->name, verified, keys,
+		       rc == 0 ? "every value intact" : "FAILED");
+		if (rc < 0)
+			fprintf(stderr, "ember-ycsb: %s: verify: read-back failed after %" PRIu64
+				" keys: %s (%d)\n", e->name, checked, err_text(e, rc), rc);
+	}
+	if (e->stats != NULL) {
+		char line[1024];
+
+		e->stats(db, line, sizeof(line));
+		printf("[%s] stats: %s\n", e->name, line);
 	}
 	ycsb_keyseq_destroy(&inserts);
 undo_open:
@@ -305,13 +352,56 @@ static int bench_engine_isolated(session_state *st, const ycsb_engine *e, const 
 	return WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0 ? 0 : -1;
 }
 
+/* --probe-size, or the raw data size clamped to [256 MiB, 8 GiB] and to a quarter
+ * of the free space: a file about the size of the store's data, so that the
+ * probe's reads spread over as much of the disk as the engines' do. */
+static uint64_t probe_file_bytes(const ycsb_config *cfg, const char *dir)
+{
+	uint64_t want = cfg->probe_size;
+	struct statvfs vfs;
+
+	if (want == 0) {
+		want = ycsb_raw_data_bytes(cfg);
+		if (want < (256ull << 20))
+			want = 256ull << 20;
+		if (want > (8ull << 30))
+			want = 8ull << 30;
+		if (statvfs(dir, &vfs) == 0 && want > (uint64_t)vfs.f_bavail * vfs.f_frsize / 4)
+			want = (uint64_t)vfs.f_bavail * vfs.f_frsize / 4;
+	}
+	return want;
+}
+
+/* One probe measurement, printed; the rate (0 when it failed). */
+static double probe_measure(ycsb_probe *p, const ycsb_config *cfg, const char *when,
+			    double *p50_us)
+{
+	ycsb_probe_result r;
+	char b[32];
+	int rc = ycsb_probe_run(p, 32, cfg->probe_seconds, cfg->seed, &r);
+
+	if (rc < 0) {
+		fprintf(stderr, "ember-ycsb: disk probe (%s): %s\n", when, strerror(-rc));
+		return 0;
+	}
+	printf("disk probe (%s): %.0f random 4 KiB reads/s (O_DIRECT, io_uring, queue depth "
+	       "%u, %.1f s, p50 %.0f us, p99 %.0f us; %s file in %s)\n", when, r.reads_per_s,
+	       r.depth, r.seconds, r.p50_us, r.p99_us,
+	       ycsb_fmt_bytes(p->file_bytes, b, sizeof(b)), p->dir);
+	fflush(stdout);
+	*p50_us = r.p50_us;
+	return r.reads_per_s;
+}
+
 int main(int argc, char **argv)
 {
 	ycsb_config cfg;
 	session_state *st;
 	size_t st_size;
-	char tmpl[] = "/tmp/ember-ycsb-XXXXXX";
-	const char *base;
+	char tmpl[4096];
+	const char *base, *tmpdir = getenv("TMPDIR");
+	ycsb_probe probe = { .fd = -1 };
+	ycsb_probe_report probe_rep = { 0 };
 	int exit_now, status = 0;
 	int rc = ycsb_config_parse(argc, argv, &cfg, &exit_now);
 
@@ -324,9 +414,11 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	} else {
+		snprintf(tmpl, sizeof(tmpl), "%s/ember-ycsb-XXXXXX",
+			 tmpdir != NULL && tmpdir[0] != '\0' ? tmpdir : "/tmp");
 		base = mkdtemp(tmpl);
 		if (base == NULL) {
-			fprintf(stderr, "ember-ycsb: mkdtemp: %s\n", strerror(errno));
+			fprintf(stderr, "ember-ycsb: mkdtemp %s: %s\n", tmpl, strerror(errno));
 			return 1;
 		}
 	}
@@ -340,13 +432,39 @@ int main(int argc, char **argv)
 		goto undo_dir;
 	}
 	st->cfg = &cfg; /* the children are forks: the same address holds cfg there */
+	if (cfg.disk_probe) {
+		rc = ycsb_probe_open(&probe, base, probe_file_bytes(&cfg, base));
+		if (rc < 0) {
+			fprintf(stderr, "ember-ycsb: disk probe: cannot make a file in %s: %s%s\n",
+				base, strerror(-rc),
+				rc == -EINVAL ? " (O_DIRECT refused: tmpfs? pick another --dir)" : "");
+		} else {
+			probe_rep.ran = 1;
+			probe_rep.depth = 32;
+			probe_rep.seconds = cfg.probe_seconds;
+			probe_rep.file_bytes = probe.file_bytes;
+			probe_rep.before = probe_measure(&probe, &cfg, "before the engines",
+							  &probe_rep.before_p50_us);
+			st->probe_rate = probe_rep.before;
+		}
+	}
 	for (unsigned i = 0; i < cfg.nengines; i++)
 		if (bench_engine_isolated(st, cfg.engines[i], base) < 0)
 			status = 1;
+	if (probe_rep.ran) {
+		printf("\n");
+		probe_rep.after = probe_measure(&probe, &cfg, "after the engines",
+						&probe_rep.after_p50_us);
+		if (probe_rep.before > 0 && probe_rep.after > 0)
+			printf("disk probe: after / before = %.2f (the table uses the rate "
+			       "before)\n", probe_rep.after / probe_rep.before);
+		ycsb_probe_close(&probe);
+	}
 	printf("\n");
-	ycsb_report_notes(stdout, st->any_batch, st->rss_per_run, st->any_wraps);
+	ycsb_report_notes(stdout, st->any_batch, st->rss_per_run, st->any_wraps,
+			  st->probe_rate > 0);
 	if (cfg.json != NULL) {
-		rc = ycsb_report_json(cfg.json, &cfg, st->results, st->nresults);
+		rc = ycsb_report_json(cfg.json, &cfg, st->results, st->nresults, &probe_rep);
 		if (rc < 0) {
 			fprintf(stderr, "ember-ycsb: writing %s: %s\n", cfg.json, strerror(-rc));
 			status = 1;

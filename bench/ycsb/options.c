@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "run.h"
+#include "value.h"
 #include "workload.h"
 
 static void usage(FILE *f)
@@ -23,7 +24,10 @@ static void usage(FILE *f)
 "  --quick               1M records, 8-byte keys and values, workloads A then C,\n"
 "                        zipfian 0.99, threads 1 and 2, 3 s each, log memory\n"
 "                        sized to hold the data (~30 s). Other options override.\n"
-"  --workload LIST       A, B, C, D, F or a list \"A,B,C\" (E: scans, unsupported)\n"
+"  --workload LIST       A, B, C, D, F or a list \"A,B,C\" (E: scans, unsupported);\n"
+"                        an entry may carry its own --dist and --batch:\n"
+"                        \"A,C:uniform:32\" runs A as set, then C uniform in\n"
+"                        batches of 32 (\"C::16\": batch only)\n"
 "  --records N           keys loaded before the runs (default 1000000)\n"
 "  --ops N               operations per run, all threads together\n"
 "  --seconds S           time limit per run (with --ops: whichever ends first;\n"
@@ -39,11 +43,17 @@ static void usage(FILE *f)
 "                        reads (ember_get_batch) (default 1: no batching)\n"
 "  --engine LIST         ember | rocksdb | lmdb | all, or a list (default ember)\n"
 "  --dir PATH            parent directory for the stores (default: a fresh\n"
-"                        mkdtemp directory under /tmp, removed at the end)\n"
-"  --log-memory BYTES    Ember's hot-log memory, RocksDB's block cache; suffixes\n"
-"                        K, M, G (default: Ember's default, 256 MiB)\n"
+"                        mkdtemp directory under $TMPDIR or /tmp, removed at the\n"
+"                        end)\n"
+"  --log-memory BYTES    the memory budget: Ember's hot-log memory, RocksDB's\n"
+"                        block cache; suffixes K, M, G (default: Ember's default,\n"
+"                        256 MiB). When the raw data (keys + values) is larger,\n"
+"                        each engine is held to it as a whole where it can be\n"
+"                        (Ember: memory_budget; RocksDB: cache + memtables,\n"
+"                        O_DIRECT reads; LMDB cannot: see its settings line)\n"
 "  --index-buckets N     Ember's hash buckets (default: next power of two of\n"
-"                        records / 4)\n"
+"                        records / 4; larger than memory, a quarter of the\n"
+"                        budget)\n"
 "  --repeat R            run each configuration R times, report the median\n"
 "  --json FILE           also write every run as JSON\n"
 "  --pregen N            operations pre-generated per thread when only --seconds\n"
@@ -52,6 +62,23 @@ static void usage(FILE *f)
 "  --load-threads N      threads for the load phase (default: the largest\n"
 "                        --threads value)\n"
 "  --seed N              random seed (default 1; printed)\n"
+"  --ember-memory MODE   larger than memory, what the budget bounds in Ember:\n"
+"                        whole (default: memory_budget, the whole store, with\n"
+"                        the cold tier and compaction) or hot-log (log_memory\n"
+"                        only; hash index and cold-tier memory beside it)\n"
+"  --verify              write self-checking values (key number, version,\n"
+"                        generation, pattern; value size >= 24) and check every\n"
+"                        value read, then read every key back at the end; any\n"
+"                        wrong, torn or missing value fails the run (exit 1).\n"
+"                        For correctness tests, not for timing\n"
+"  --disk-probe          measure the disk's random 4 KiB O_DIRECT read rate\n"
+"                        (io_uring, queue depth 32) in the store directory before\n"
+"                        and after the engines, and print each run's throughput\n"
+"                        as a multiple of it\n"
+"  --probe-seconds S     length of each probe measurement (default 3)\n"
+"  --probe-size BYTES    probe file size (default: the raw data size, at least\n"
+"                        256 MiB, at most 8 GiB and a quarter of the free space)\n"
+"  --list-engines        print the engines compiled in, one a line, and exit\n"
 "  --help\n"
 "\n"
 "Counts (--records, --ops, --pregen, --index-buckets) take K/M/G as powers of 1000;\n"
@@ -100,23 +127,55 @@ static int parse_double(const char *s, double *out)
 	return end == s || *end != '\0' || errno != 0 ? -1 : 0;
 }
 
+/* "A,C:uniform:32": workloads, each optionally with its own key chooser and read
+ * batch size (empty fields keep the general ones: "C::16"). */
 static int parse_workloads(const char *s, ycsb_config *cfg, int *want_e)
 {
-	cfg->nworkloads = 0;
-	for (; *s != '\0'; s++) {
-		const ycsb_workload *wl;
+	char *copy = strdup(s), *save = NULL;
+	int rc = 0;
 
-		if (*s == ',' || *s == ' ')
-			continue;
-		wl = ycsb_workload_find(*s);
-		if (wl == NULL || (s[1] != '\0' && s[1] != ',') ||
-		    cfg->nworkloads == YCSB_MAX_LIST)
-			return -1;
+	cfg->nworkloads = 0;
+	if (copy == NULL)
+		return -1;
+	for (char *tok = strtok_r(copy, ", ", &save); tok != NULL && rc == 0;
+	     tok = strtok_r(NULL, ", ", &save)) {
+		const ycsb_workload *wl = ycsb_workload_find(tok[0]);
+		unsigned i = cfg->nworkloads;
+		char *dist = NULL, *batch = NULL;
+		uint64_t b;
+
+		if (wl == NULL || (tok[1] != '\0' && tok[1] != ':') || i == YCSB_MAX_LIST) {
+			rc = -1;
+			break;
+		}
+		cfg->wl_dist[i] = -1;
+		cfg->wl_batch[i] = 0;
+		if (tok[1] == ':') {
+			dist = tok + 2;
+			batch = strchr(dist, ':');
+			if (batch != NULL)
+				*batch++ = '\0';
+		}
+		if (dist != NULL && dist[0] != '\0') {
+			ycsb_dist d;
+
+			if (ycsb_dist_parse(dist, &d) < 0)
+				rc = -1;
+			else
+				cfg->wl_dist[i] = (int)d;
+		}
+		if (batch != NULL && batch[0] != '\0') {
+			if (parse_u64(batch, &b, NO_SUFFIX) < 0 || b == 0 || b > 4096)
+				rc = -1;
+			else
+				cfg->wl_batch[i] = (unsigned)b;
+		}
 		if (wl->name == 'E')
 			*want_e = 1;
 		cfg->workloads[cfg->nworkloads++] = wl->name;
 	}
-	return cfg->nworkloads > 0 ? 0 : -1;
+	free(copy);
+	return rc == 0 && cfg->nworkloads > 0 ? 0 : -1;
 }
 
 static int parse_threads(const char *s, ycsb_config *cfg)
@@ -194,7 +253,8 @@ enum {
 	OPT_WORKLOAD = 256, OPT_RECORDS, OPT_OPS, OPT_SECONDS, OPT_THREADS, OPT_VALUE_SIZE,
 	OPT_KEY_SIZE, OPT_DIST, OPT_THETA, OPT_BATCH, OPT_DIR, OPT_LOG_MEMORY,
 	OPT_INDEX_BUCKETS, OPT_REPEAT, OPT_JSON, OPT_ENGINE, OPT_QUICK, OPT_PREGEN,
-	OPT_LOAD_THREADS, OPT_SEED, OPT_HELP,
+	OPT_LOAD_THREADS, OPT_SEED, OPT_VERIFY, OPT_DISK_PROBE, OPT_PROBE_SECONDS,
+	OPT_PROBE_SIZE, OPT_LIST_ENGINES, OPT_EMBER_MEMORY, OPT_HELP,
 };
 
 static const struct option long_opts[] = {
@@ -218,6 +278,12 @@ static const struct option long_opts[] = {
 	{ "pregen", required_argument, NULL, OPT_PREGEN },
 	{ "load-threads", required_argument, NULL, OPT_LOAD_THREADS },
 	{ "seed", required_argument, NULL, OPT_SEED },
+	{ "verify", no_argument, NULL, OPT_VERIFY },
+	{ "disk-probe", no_argument, NULL, OPT_DISK_PROBE },
+	{ "probe-seconds", required_argument, NULL, OPT_PROBE_SECONDS },
+	{ "probe-size", required_argument, NULL, OPT_PROBE_SIZE },
+	{ "list-engines", no_argument, NULL, OPT_LIST_ENGINES },
+	{ "ember-memory", required_argument, NULL, OPT_EMBER_MEMORY },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -333,6 +399,30 @@ static int parse_one(int c, const char *arg, ycsb_config *cfg, given *g, int *wa
 			return bad("seed", arg);
 		cfg->seed = v;
 		return 0;
+	case OPT_VERIFY:
+		cfg->verify = 1;
+		return 0;
+	case OPT_EMBER_MEMORY:
+		if (strcmp(arg, "whole") == 0)
+			cfg->ember_hot_log_only = 0;
+		else if (strcmp(arg, "hot-log") == 0)
+			cfg->ember_hot_log_only = 1;
+		else
+			return bad("ember-memory", arg);
+		return 0;
+	case OPT_DISK_PROBE:
+		cfg->disk_probe = 1;
+		return 0;
+	case OPT_PROBE_SECONDS:
+		if (parse_double(arg, &d) < 0 || !(d > 0 && d <= 600))
+			return bad("probe-seconds", arg);
+		cfg->probe_seconds = d;
+		return 0;
+	case OPT_PROBE_SIZE:
+		if (parse_u64(arg, &v, BINARY_SUFFIX) < 0 || v < (1u << 20))
+			return bad("probe-size", arg);
+		cfg->probe_size = v;
+		return 0;
 	}
 	usage(stderr);
 	return 2;
@@ -351,6 +441,7 @@ static void fill_defaults(ycsb_config *cfg, const given *g)
 		if (!g->workload) {
 			cfg->workloads[0] = 'A';
 			cfg->workloads[1] = 'C';
+			cfg->wl_dist[0] = cfg->wl_dist[1] = -1;
 			cfg->nworkloads = 2;
 		}
 		if (!g->threads) {
@@ -377,6 +468,7 @@ static void fill_defaults(ycsb_config *cfg, const given *g)
 		cfg->value_size = 100;
 	if (cfg->nworkloads == 0) {
 		cfg->workloads[0] = 'A';
+		cfg->wl_dist[0] = -1;
 		cfg->nworkloads = 1;
 	}
 	if (cfg->nthreads == 0) {
@@ -389,8 +481,6 @@ static void fill_defaults(ycsb_config *cfg, const given *g)
 		cfg->theta = 0.99;
 	if (cfg->batch == 0)
 		cfg->batch = 1;
-	if (cfg->index_buckets == 0)
-		cfg->index_buckets = next_pow2(cfg->records / 4 > 0 ? cfg->records / 4 : 1);
 	if (cfg->repeat == 0)
 		cfg->repeat = 1;
 	if (cfg->pregen == 0)
@@ -405,6 +495,8 @@ static void fill_defaults(ycsb_config *cfg, const given *g)
 				cfg->load_threads = cfg->threads[i];
 	if (cfg->seed == 0)
 		cfg->seed = 1;
+	if (cfg->probe_seconds == 0)
+		cfg->probe_seconds = 3;
 }
 
 int ycsb_config_parse(int argc, char **argv, ycsb_config *cfg, int *exit_now)
@@ -417,6 +509,12 @@ int ycsb_config_parse(int argc, char **argv, ycsb_config *cfg, int *exit_now)
 	while ((c = getopt_long(argc, argv, "", long_opts, NULL)) != -1) {
 		if (c == OPT_HELP) {
 			usage(stdout);
+			*exit_now = 1;
+			return 0;
+		}
+		if (c == OPT_LIST_ENGINES) {
+			for (size_t i = 0; ycsb_engines[i] != NULL; i++)
+				printf("%s\n", ycsb_engines[i]->name);
 			*exit_now = 1;
 			return 0;
 		}
@@ -438,6 +536,12 @@ int ycsb_config_parse(int argc, char **argv, ycsb_config *cfg, int *exit_now)
 		return 2;
 	}
 	fill_defaults(cfg, &g);
+	if (cfg->verify && cfg->value_size < YCSB_VERIFY_MIN_VALUE) {
+		fprintf(stderr, "ember-ycsb: --verify needs --value-size >= %u (got %zu)\n",
+			YCSB_VERIFY_MIN_VALUE, cfg->value_size);
+		*exit_now = 1;
+		return 2;
+	}
 	if (cfg->ops == 0 && cfg->seconds == 0) {
 		fprintf(stderr, "ember-ycsb: --ops 0 needs --seconds\n");
 		*exit_now = 1;

@@ -9,11 +9,30 @@
 
 #include <ember.h>
 
-void ycsb_report_header(FILE *f)
+void ycsb_report_header(FILE *f, int with_probe)
 {
-	fprintf(f, "%-8s %-2s %-12s %3s %5s %8s %8s %8s %8s %8s %8s %8s %8s\n", "engine",
+	fprintf(f, "%-8s %-2s %-12s %3s %5s %8s %8s %8s %8s %8s %8s %8s %8s", "engine",
 		"wl", "dist", "thr", "batch", "Mops/s", "p50 us", "p99 us", "p99.9 us",
 		"RSS MiB", "rd B/op", "wr B/op", "notfound");
+	if (with_probe)
+		fprintf(f, " %8s %8s", "ops/disk", "rdIO/dsk");
+	fprintf(f, "\n");
+}
+
+/* Block-layer reads per second of a run, in 4 KiB units (0 when unknown). */
+static double read_ios_per_s(const ycsb_result *r)
+{
+	return r->io_ok ? r->read_bytes_per_op * r->mops * 1e6 / 4096.0 : 0;
+}
+
+/* Bytes sent to the block layer per write operation (update, insert, rmw). */
+static double write_bytes_per_write(const ycsb_result *r)
+{
+	uint64_t writes = r->done[YCSB_OP_UPDATE] + r->done[YCSB_OP_INSERT] +
+			  r->done[YCSB_OP_RMW];
+
+	return r->io_ok && writes > 0 ? r->write_bytes_per_op * (double)r->ops / (double)writes
+				      : 0;
 }
 
 void ycsb_report_row(FILE *f, const ycsb_result *r)
@@ -30,17 +49,26 @@ void ycsb_report_row(FILE *f, const ycsb_result *r)
 		snprintf(rd, sizeof(rd), "%.1f", r->read_bytes_per_op);
 		snprintf(wr, sizeof(wr), "%.1f", r->write_bytes_per_op);
 	}
-	fprintf(f, "%-8s %-2c %-12s %3u %5u %8.3f %8.2f %8.2f %8.2f %8.1f %8s %8s %8" PRIu64
-		"\n", r->engine, r->workload, dist, r->threads, r->batch, r->mops,
-		r->lat.p50_us, r->lat.p99_us, r->lat.p999_us, (double)r->peak_rss_kib / 1024.0,
-		rd, wr, r->notfound);
+	fprintf(f, "%-8s %-2c %-12s %3u %5u %8.3f %8.2f %8.2f %8.2f %8.1f %8s %8s %8" PRIu64,
+		r->engine, r->workload, dist, r->threads, r->batch, r->mops, r->lat.p50_us,
+		r->lat.p99_us, r->lat.p999_us, (double)r->peak_rss_kib / 1024.0, rd, wr,
+		r->notfound);
+	if (r->disk_reads_per_s > 0) {
+		fprintf(f, " %8.2f", r->mops * 1e6 / r->disk_reads_per_s);
+		if (r->io_ok)
+			fprintf(f, " %8.2f", read_ios_per_s(r) / r->disk_reads_per_s);
+		else
+			fprintf(f, " %8s", "n/a");
+	}
+	fprintf(f, "\n");
 	if (r->errors != 0)
 		fprintf(f, "         ^ %" PRIu64 " operation(s) failed; the thread(s) stopped\n",
 			r->errors);
 	fflush(f);
 }
 
-void ycsb_report_notes(FILE *f, int any_batch, int rss_per_run, int any_wraps)
+void ycsb_report_notes(FILE *f, int any_batch, int rss_per_run, int any_wraps,
+		       int with_probe)
 {
 	fprintf(f, "Notes: Mops/s = operations of all threads / (first thread's start to last\n"
 		   "thread's end). Latency: 1 operation in %d timed with clock_gettime, all\n"
@@ -58,6 +86,12 @@ void ycsb_report_notes(FILE *f, int any_batch, int rss_per_run, int any_wraps)
 		   "(rewriting a page still dirty in the page cache counts nothing).\n",
 		rss_per_run ? "reset before each run, so it covers that run."
 			    : "the process's peak so far (reset refused).");
+	if (with_probe)
+		fprintf(f, "ops/disk: the run's operations per second over the disk probe's\n"
+			   "random 4 KiB reads per second (measured before the engines).\n"
+			   "rdIO/dsk: the run's block-layer reads per second (rd B/op x ops/s,\n"
+			   "in 4 KiB units) over the same rate: how much of the disk's random-\n"
+			   "read capacity the engine drove.\n");
 }
 
 /* JSON string: the settings lines are plain ASCII; escape what JSON requires. */
@@ -122,10 +156,20 @@ static void json_run(FILE *f, const ycsb_result *r)
 	fprintf(f, "},\n     \"peak_rss_mib\": %.1f, \"peak_rss_per_run\": %s, ",
 		(double)r->peak_rss_kib / 1024.0, r->rss_per_run ? "true" : "false");
 	if (r->io_ok)
-		fprintf(f, "\"read_bytes_per_op\": %.3f, \"write_bytes_per_op\": %.3f,\n",
-			r->read_bytes_per_op, r->write_bytes_per_op);
+		fprintf(f,
+			"\"read_bytes_per_op\": %.3f, \"write_bytes_per_op\": %.3f, "
+			"\"write_bytes_per_write\": %.3f, \"read_ios_per_s\": %.1f,\n",
+			r->read_bytes_per_op, r->write_bytes_per_op, write_bytes_per_write(r),
+			read_ios_per_s(r));
 	else
-		fprintf(f, "\"read_bytes_per_op\": null, \"write_bytes_per_op\": null,\n");
+		fprintf(f, "\"read_bytes_per_op\": null, \"write_bytes_per_op\": null, "
+			   "\"write_bytes_per_write\": null, \"read_ios_per_s\": null,\n");
+	if (r->disk_reads_per_s > 0)
+		fprintf(f, "     \"ops_per_disk_read\": %.4f, ",
+			r->mops * 1e6 / r->disk_reads_per_s);
+	else
+		fprintf(f, "     \"ops_per_disk_read\": null, ");
+	fprintf(f, "\"verified_reads\": %" PRIu64 ",\n", r->verified);
 	fprintf(f,
 		"     \"gen_mops_per_thread\": %.3f, \"pregen_ops_per_thread\": %" PRIu64
 		", \"array_wraps\": %" PRIu64 "}",
@@ -133,7 +177,7 @@ static void json_run(FILE *f, const ycsb_result *r)
 }
 
 int ycsb_report_json(const char *path, const ycsb_config *cfg, const ycsb_result *rs,
-		     size_t n)
+		     size_t n, const ycsb_probe_report *probe)
 {
 	FILE *f = fopen(path, "w");
 	int rc = 0;
@@ -144,6 +188,19 @@ int ycsb_report_json(const char *path, const ycsb_config *cfg, const ycsb_result
 	json_str(f, ember_version());
 	fprintf(f, ", \"seed\": %" PRIu64 ", \"quick\": %s, \"latency_sample_every\": %d,\n",
 		cfg->seed, cfg->quick ? "true" : "false", YCSB_SAMPLE_EVERY);
+	fprintf(f, "  \"memory_budget\": %" PRIu64 ", \"raw_data_bytes\": %" PRIu64
+		", \"verify\": %s,\n",
+		ycsb_budget_bytes(cfg), ycsb_raw_data_bytes(cfg), cfg->verify ? "true" : "false");
+	if (probe != NULL && probe->ran)
+		fprintf(f,
+			"  \"disk_probe\": {\"block\": 4096, \"depth\": %u, \"seconds\": %.2f, "
+			"\"file_bytes\": %" PRIu64 ", \"reads_per_s_before\": %.1f, "
+			"\"reads_per_s_after\": %.1f, \"p50_us_before\": %.1f, "
+			"\"p50_us_after\": %.1f},\n",
+			probe->depth, probe->seconds, probe->file_bytes, probe->before,
+			probe->after, probe->before_p50_us, probe->after_p50_us);
+	else
+		fprintf(f, "  \"disk_probe\": null,\n");
 	fprintf(f, "  \"runs\": [\n");
 	for (size_t i = 0; i < n; i++) {
 		json_run(f, &rs[i]);

@@ -14,7 +14,9 @@
  * What runs inside the timed loop besides the engine call: decoding the 8-byte
  * operation, writing the 8 key bytes (and, for updates, 8 counter bytes of the
  * value), the shared insert counter (one atomic add per insert, as YCSB's insert
- * key sequence), and the clock reads on sampled operations.
+ * key sequence), and the clock reads on sampled operations. With --verify, also
+ * writing whole self-checking values and checking every value read (value.h):
+ * a correctness mode, not one to time.
  */
 #include "run.h"
 
@@ -56,6 +58,8 @@ typedef struct worker {
 	uint64_t t_start, t_end;
 	uint64_t done[YCSB_OP_KINDS];
 	uint64_t notfound, errors, wraps;
+	uint64_t verified;        /* values checked (--verify) */
+	uint64_t gen_state;       /* draws the generations of this thread's writes */
 	ycsb_hist hist[YCSB_LAT_CLASSES];
 } worker;
 
@@ -124,14 +128,9 @@ static inline void stamp_value(unsigned char *val, size_t value_size, uint64_t s
  * key every thread's inserts have reached (see keyseq.h). */
 static inline uint64_t op_key(uint64_t op, ycsb_keyseq *inserts)
 {
-	uint64_t k = op & YCSB_OP_KEY_MASK;
-
-	if (op & YCSB_OP_LATEST) {
-		uint64_t latest = ycsb_keyseq_latest(inserts);
-
-		return k <= latest ? latest - k : 0;
-	}
-	return k;
+	if (op & YCSB_OP_LATEST)
+		return ycsb_op_key(op, ycsb_keyseq_latest(inserts));
+	return ycsb_op_key(op, 0);
 }
 
 /* Record one result code of a `kind` operation on key number `key`. Returns
@@ -151,6 +150,44 @@ static inline int note_rc(worker *w, int rc, unsigned kind, uint64_t key)
 		w->fail_index = w->done[0] + w->done[1] + w->done[2] + w->done[3];
 	}
 	return 1;
+}
+
+/*
+ * --verify: turn one read's result into a verdict. An absent key is a failure (the
+ * driver only names keys that were loaded or inserted and acknowledged), and so is
+ * a value that fails ycsb_value_check(). The first failure of the thread is
+ * described on stderr. Returns 0, YCSB_EVERIFY, or rc when rc is an engine error.
+ */
+static int verify_read(worker *w, int rc, const unsigned char *buf, size_t vlen,
+		       uint64_t keyno)
+{
+	char why[192];
+
+	if (rc < 0)
+		return rc;
+	if (rc == YCSB_NOTFOUND) {
+		snprintf(why, sizeof(why), "absent, though it was loaded or inserted");
+	} else {
+		w->verified++;
+		if (ycsb_value_check(buf, vlen, w->spec->value_size, keyno, why,
+				     sizeof(why)) == 0)
+			return 0;
+	}
+	if (w->errors == 0)
+		fprintf(stderr, "ember-ycsb: %s: verify: thread %u, key %llu: %s\n",
+			w->spec->engine->name, w->idx, (unsigned long long)keyno, why);
+	return YCSB_EVERIFY;
+}
+
+/* The value a write of key keyno stores: self-checking under --verify. */
+static inline void write_value(worker *w, uint64_t keyno, uint64_t stamp)
+{
+	const ycsb_run_spec *s = w->spec;
+
+	if (s->verify)
+		ycsb_value_fill(w->val, s->value_size, keyno, ycsb_splitmix64(&w->gen_state));
+	else
+		stamp_value(w->val, s->value_size, stamp);
 }
 
 /* Up to `batch` consecutive reads starting at ops[pos], as one batch. Returns the
@@ -185,10 +222,15 @@ static uint64_t run_read_batch(worker *w, void *ctx, uint64_t pos, uint64_t room
 		w->done[YCSB_OP_READ] += k;
 		return k;
 	}
-	for (uint64_t i = 0; i < k; i++)
-		if (note_rc(w, w->status[i], YCSB_OP_READ,
-			    op_key(w->ops[pos + i], s->inserts)))
+	for (uint64_t i = 0; i < k; i++) {
+		uint64_t keyno = ycsb_get_le64(w->keys[i]); /* as formatted above */
+		int st = w->status[i];
+
+		if (s->verify)
+			st = verify_read(w, st, w->bufs[i], w->vlens[i], keyno);
+		if (note_rc(w, st, YCSB_OP_READ, keyno))
 			*stop = 1;
+	}
 	w->done[YCSB_OP_READ] += k;
 	return k;
 }
@@ -249,14 +291,16 @@ static void run_ops(worker *w, void *ctx)
 			size_t vlen;
 
 			rc = e->read(ctx, key, s->key_size, w->bufs[0], cap, &vlen);
+			if (s->verify)
+				rc = verify_read(w, rc, w->bufs[0], vlen, keyno);
 			break;
 		}
 		case YCSB_OP_UPDATE:
-			stamp_value(w->val, s->value_size, done);
+			write_value(w, keyno, done);
 			rc = e->update(ctx, key, s->key_size, w->val, s->value_size);
 			break;
 		case YCSB_OP_INSERT:
-			stamp_value(w->val, s->value_size, keyno);
+			write_value(w, keyno, keyno);
 			rc = e->insert(ctx, key, s->key_size, w->val, s->value_size);
 			ycsb_keyseq_ack(s->inserts, keyno);
 			break;
@@ -296,6 +340,7 @@ static void *run_worker(void *arg)
 		uint64_t t0 = ycsb_now_ns();
 
 		p.seed = ycsb_splitmix64(&seed);
+		w->gen_state = ycsb_splitmix64(&seed);
 		w->ops = malloc((w->nops > 0 ? w->nops : 1) * sizeof(*w->ops));
 		if (w->ops == NULL || worker_buffers(w, s->batch, s->key_size, s->value_size,
 						     ycsb_splitmix64(&seed)) < 0)
@@ -349,6 +394,7 @@ static void run_collect(const ycsb_run_spec *s, worker *ws, ycsb_result *res)
 			res->ops += w->done[k];
 		}
 		res->notfound += w->notfound;
+		res->verified += w->verified;
 		res->errors += w->errors;
 		res->wraps += w->wraps;
 		if (w->rc < 0 && res->first_error == 0) {
@@ -451,6 +497,7 @@ typedef struct loader {
 	uint64_t first, end; /* keys [first, end) */
 	size_t key_size, value_size;
 	uint64_t seed;
+	int verify;
 	pthread_barrier_t *barrier;
 	pthread_t tid;
 	int rc;
@@ -462,6 +509,7 @@ static void *load_worker(void *arg)
 	unsigned char *key = calloc(1, l->key_size);
 	unsigned char *val = malloc(l->value_size > 0 ? l->value_size : 1);
 	void *ctx = NULL;
+	uint64_t gen_state = l->seed * 0x9e3779b97f4a7c15ull;
 	int rc = key == NULL || val == NULL ? -ENOMEM : l->e->thread_init(l->db, &ctx);
 
 	if (rc == 0)
@@ -469,7 +517,10 @@ static void *load_worker(void *arg)
 	pthread_barrier_wait(l->barrier);
 	for (uint64_t k = l->first; rc == 0 && k < l->end; k++) {
 		ycsb_key_format(key, k);
-		stamp_value(val, l->value_size, k);
+		if (l->verify)
+			ycsb_value_fill(val, l->value_size, k, ycsb_splitmix64(&gen_state));
+		else
+			stamp_value(val, l->value_size, k);
 		rc = l->e->insert(ctx, key, l->key_size, val, l->value_size);
 	}
 	if (ctx != NULL)
@@ -481,7 +532,8 @@ static void *load_worker(void *arg)
 }
 
 int ycsb_load(const ycsb_engine *e, void *db, uint64_t records, size_t key_size,
-	      size_t value_size, unsigned threads, uint64_t seed, double *seconds)
+	      size_t value_size, unsigned threads, uint64_t seed, int verify,
+	      double *seconds)
 {
 	loader *ls = calloc(threads, sizeof(*ls));
 	pthread_barrier_t barrier;
@@ -494,6 +546,7 @@ int ycsb_load(const ycsb_engine *e, void *db, uint64_t records, size_t key_size,
 	for (unsigned t = 0; t < threads; t++) {
 		ls[t] = (loader){ .e = e, .db = db, .key_size = key_size,
 				  .value_size = value_size, .barrier = &barrier,
+				  .verify = verify,
 				  .first = records * t / threads,
 				  .end = records * (t + 1) / threads,
 				  .seed = seed + 0x1000 + t };
@@ -512,5 +565,43 @@ int ycsb_load(const ycsb_engine *e, void *db, uint64_t records, size_t key_size,
 	*seconds = (double)(ycsb_now_ns() - t0) / 1e9;
 	pthread_barrier_destroy(&barrier);
 	free(ls);
+	return rc;
+}
+
+/* ---- --verify: the final read-back of every key ---- */
+
+int ycsb_verify_all(const ycsb_engine *e, void *db, uint64_t keys, size_t key_size,
+		    size_t value_size, uint64_t *checked)
+{
+	size_t cap = value_size + READ_SLACK;
+	unsigned char *key = calloc(1, key_size);
+	unsigned char *buf = malloc(cap);
+	void *ctx = NULL;
+	char why[192];
+	int rc = key == NULL || buf == NULL ? -ENOMEM : e->thread_init(db, &ctx);
+
+	*checked = 0;
+	for (uint64_t k = 0; rc == 0 && k < keys; k++) {
+		size_t vlen = 0;
+
+		ycsb_key_format(key, k);
+		rc = e->read(ctx, key, key_size, buf, cap, &vlen);
+		if (rc == YCSB_NOTFOUND) {
+			fprintf(stderr, "ember-ycsb: %s: verify: key %llu is absent\n", e->name,
+				(unsigned long long)k);
+			rc = YCSB_EVERIFY;
+		} else if (rc == 0) {
+			++*checked;
+			if (ycsb_value_check(buf, vlen, value_size, k, why, sizeof(why)) < 0) {
+				fprintf(stderr, "ember-ycsb: %s: verify: key %llu: %s\n",
+					e->name, (unsigned long long)k, why);
+				rc = YCSB_EVERIFY;
+			}
+		}
+	}
+	if (ctx != NULL)
+		e->thread_fini(ctx);
+	free(key);
+	free(buf);
 	return rc;
 }

@@ -12,6 +12,7 @@
 #include "engine.h"
 #include "gen.h"
 #include "keyseq.h"
+#include "value.h"
 #include "workload.h"
 
 /* Latency classes: one per operation kind, plus whole read batches. */
@@ -41,10 +42,12 @@ typedef struct ycsb_run_spec {
 	uint64_t key_count;    /* keys in the store when the run starts: 0 .. key_count-1 */
 	ycsb_keyseq *inserts;  /* shared: new key numbers, and the newest inserted */
 	uint64_t seed;
+	int verify;            /* write self-checking values, check every value read
+				  (value.h); an absent key then counts as a failure */
 } ycsb_run_spec;
 
 #define YCSB_MAX_REPEAT 99
-#define YCSB_SETTINGS_CAP 512
+#define YCSB_SETTINGS_CAP 768
 
 typedef struct ycsb_result {
 	const char *engine;
@@ -58,6 +61,7 @@ typedef struct ycsb_result {
 	uint64_t ops;                    /* operations done, all threads */
 	uint64_t done[YCSB_OP_KINDS];    /* ... of each kind */
 	uint64_t notfound;               /* reads that found no value */
+	uint64_t verified;               /* reads whose value was checked (--verify) */
 	uint64_t errors;                 /* operations that failed (the thread stopped) */
 	int first_error;
 	int fail_kind;                   /* first failure: YCSB_OP_* or YCSB_LAT_READ_BATCH, -1: none */
@@ -78,16 +82,27 @@ typedef struct ycsb_result {
 	char settings[YCSB_SETTINGS_CAP]; /* the engine's settings line (set by the caller) */
 	double load_seconds;             /* the engine's load phase (set by the caller) */
 	uint64_t records;                /* keys loaded (set by the caller) */
+	double disk_reads_per_s;         /* --disk-probe's rate, 0: none (set by the caller) */
 	unsigned repeats;                /* runs behind this result (median reported) */
 	double mops_runs[YCSB_MAX_REPEAT];
 } ycsb_result;
 
 /*
  * Load keys 0 .. records-1 with `threads` threads (contiguous ranges), values of
- * value_size random bytes. *seconds receives the wall time. 0 or the first error.
+ * value_size random bytes (self-checking ones, value.h, when verify is set).
+ * *seconds receives the wall time. 0 or the first error.
  */
 int ycsb_load(const ycsb_engine *e, void *db, uint64_t records, size_t key_size,
-	      size_t value_size, unsigned threads, uint64_t seed, double *seconds);
+	      size_t value_size, unsigned threads, uint64_t seed, int verify,
+	      double *seconds);
+
+/*
+ * Read keys 0 .. keys-1 back on one thread and check every value (value.h).
+ * *checked receives how many were read. 0, YCSB_EVERIFY for the first bad or
+ * absent value (reported on stderr), or the engine's error.
+ */
+int ycsb_verify_all(const ycsb_engine *e, void *db, uint64_t keys, size_t key_size,
+		    size_t value_size, uint64_t *checked);
 
 /* "read", "update", "insert", "rmw", "read_batch" for a latency class / fail_kind. */
 const char *ycsb_lat_class_name(int c);

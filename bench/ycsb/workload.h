@@ -57,6 +57,20 @@ typedef struct ycsb_pregen {
 /* Fill ops[0..n) for one thread. 0, or -1 if the chooser cannot be built (theta). */
 int ycsb_pregen_fill(const ycsb_pregen *p, uint64_t *ops, uint64_t n);
 
+/*
+ * The key number an operation names. "latest" operations carry a distance back
+ * from the newest key; `latest` is the newest key known to be present (see
+ * keyseq.h), read by the caller only when op has YCSB_OP_LATEST set.
+ */
+static inline uint64_t ycsb_op_key(uint64_t op, uint64_t latest)
+{
+	uint64_t k = op & YCSB_OP_KEY_MASK;
+
+	if (op & YCSB_OP_LATEST)
+		return k <= latest ? latest - k : 0;
+	return k;
+}
+
 /* Keys: the key number as 8 little-endian bytes, then zero padding to key_size. */
 static inline void ycsb_key_format(unsigned char *key, uint64_t keyno)
 {

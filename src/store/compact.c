@@ -189,11 +189,66 @@ static int group_liveness(ember_session *s, struct cand *cand, size_t n, int kin
 	return m ? lookups_run(s, lk, m, live_done, &lc) : 0;
 }
 
+static int chunk_copy(struct compactor *c, ember_session *s, uint64_t a, struct record *r,
+		      int count);
+
+struct prefetch_ctx {
+	struct compactor *c;
+	ember_session *s;
+	int rc;
+};
+
+static void prefetch_done(void *ctx, struct lookup *l, int status, struct record *rec,
+			  int in_memory)
+{
+	(void)in_memory;
+	struct prefetch_ctx *p = ctx;
+	if (status == 0 && p->rc == 0)
+		p->rc = chunk_copy(p->c, p->s, l->addr, rec, 0);
+}
+
+/*
+ * Bring the on-disk chunks the live candidates will update into the chunk log's
+ * memory, with all their reads in flight together (a copy at the chunk log's tail,
+ * linked by CAS): the cold inserts that follow then update chunks in memory
+ * instead of reading them one by one.
+ */
+static int chunks_prefetch(struct compactor *c, ember_session *s, struct cand *cand, size_t n,
+			   struct lookup *lk)
+{
+	struct ember_db *db = c->db;
+	struct cold_index *ci = &db->cidx;
+	uint64_t head = hlog_load(&db->chunks->head);
+	size_t m = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!cand[i].live)
+			continue;
+		uint64_t ca = ci_table_load(ci, ci_chunk_of(ci, cand[i].hash));
+		if (!ca || ca >= head)
+			continue;
+		int dup = 0;
+		for (size_t j = 0; j < m && !dup; j++)
+			dup = lk[j].addr == ca;
+		if (!dup)
+			lk[m++] = (struct lookup){.key = NULL, .klen = 0, .phase = LK_CHUNK,
+						  .flags = LK_CHUNK_ONLY, .hash = cand[i].hash,
+						  .addr = ca, .user = i};
+	}
+	if (!m)
+		return 0;
+	struct prefetch_ctx p = {c, s, 0};
+	int rc = lookups_run(s, lk, m, prefetch_done, &p);
+	return rc < 0 ? rc : p.rc;
+}
+
 static int group_process(struct compactor *c, ember_session *s, struct cand *cand, size_t n,
 			 int kind, struct lookup *lk)
 {
 	struct ember_db *db = c->db;
 	int rc = group_liveness(s, cand, n, kind, lk);
+	if (rc < 0)
+		return rc;
+	rc = chunks_prefetch(c, s, cand, n, lk);
 	if (rc < 0)
 		return rc;
 	for (size_t i = 0; i < n; i++) {
@@ -224,7 +279,8 @@ static int group_process(struct compactor *c, ember_session *s, struct cand *can
 	return 0;
 }
 
-static int chunk_copy(struct compactor *c, ember_session *s, uint64_t a, struct record *r)
+static int chunk_copy(struct compactor *c, ember_session *s, uint64_t a, struct record *r,
+		      int count)
 {
 	struct ember_db *db = c->db;
 	struct cold_index *ci = &db->cidx;
@@ -247,8 +303,10 @@ static int chunk_copy(struct compactor *c, ember_session *s, uint64_t a, struct 
 	/* release: the copy is visible before the table names it */
 	if (atomic_compare_exchange_strong_explicit(&ci->table[id], &expect, na, memory_order_release,
 						    memory_order_relaxed)) {
-		stat_add(&c->st.records_moved[COMPACT_CHUNKS], 1);
-		stat_add(&c->st.bytes_written[COMPACT_CHUNKS], size);
+		if (count) {
+			stat_add(&c->st.records_moved[COMPACT_CHUNKS], 1);
+			stat_add(&c->st.bytes_written[COMPACT_CHUNKS], size);
+		}
 	} else {
 		/* relaxed: never published */
 		atomic_fetch_or_explicit(&nr->header, REC_INVALID, memory_order_relaxed);
@@ -348,7 +406,7 @@ static int compact_pass(struct compactor *c, ember_session *s, int kind, uint64_
 		if (!(rec_header(r) & (REC_FILLER | REC_INVALID))) {
 			stat_add(&c->st.records_scanned[kind], 1);
 			if (kind == COMPACT_CHUNKS) {
-				rc = chunk_copy(c, s, a, r);
+				rc = chunk_copy(c, s, a, r, 1);
 				if (rc < 0)
 					break;
 			} else {
@@ -415,6 +473,17 @@ static uint64_t over_limit(struct ember_db *db)
 
 int compact_over_hard_limit(struct ember_db *db) { return over_limit(db) != 0; }
 
+/* A counter that moves whenever a pass does work (records scanned or moved). */
+static uint64_t compaction_work(struct compactor *c)
+{
+	uint64_t w = 0;
+	for (int k = 0; k < 3; k++)
+		/* relaxed: a progress hint */
+		w += atomic_load_explicit(&c->st.records_scanned[k], memory_order_relaxed) +
+		     atomic_load_explicit(&c->st.records_moved[k], memory_order_relaxed);
+	return w;
+}
+
 /* Where a pass over kind should stop, 0 if none is due. */
 static uint64_t pass_until(struct ember_db *db, int kind, int force)
 {
@@ -480,6 +549,7 @@ int compact_assist(ember_session *s)
 	struct compactor *c = db->comp;
 	compactor_kick(c);
 	uint64_t best = over_limit(db);
+	uint64_t work = compaction_work(c);
 	int strikes = 0;
 	struct timespec t0, now;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -510,8 +580,16 @@ int compact_assist(ember_session *s)
 			clock_gettime(CLOCK_MONOTONIC, &t0);
 			continue;
 		}
+		/* a pass that is still scanning (another thread's) is progress too */
+		uint64_t w = compaction_work(c);
+		if (!ran && w != work) {
+			work = w;
+			clock_gettime(CLOCK_MONOTONIC, &t0);
+			continue;
+		}
 		/* no progress: live data fills the budgets, so compaction cannot make
-		 * room (three passes of our own, or five seconds of waiting) */
+		 * room (three whole passes of our own that freed nothing, or five seconds
+		 * in which no pass scanned a record) */
 		clock_gettime(CLOCK_MONOTONIC, &now);
 		if ((ran && ++strikes >= 3) || now.tv_sec - t0.tv_sec >= 5)
 			return EMBER_ENOSPC;

@@ -262,6 +262,10 @@ static void continue_or_release(struct lookup_run *run, struct lookup *l, uint32
 static int bad_record(struct lookup_run *run, struct lookup *l)
 {
 	struct hlog *log = phase_log(run->s->db, l->phase);
+	if (l->flags & LK_CHUNK_ONLY) {
+		finish(run, l, EMBER_EAGAIN, NULL, 0); /* a prefetch: best effort */
+		return LK_FINISHED;
+	}
 	if (l->addr < hlog_load(&log->begin))
 		return lk_restart(run, l);
 	if (l->phase == LK_CHUNK) {
@@ -322,6 +326,11 @@ static void on_read(struct lookup_run *run, uint32_t idx, int res)
 		struct cold_index *ci = &db->cidx;
 		if (!ci_chunk_ok(ci, r, ci_chunk_of(ci, l->hash))) {
 			next = bad_record(run, l);
+			goto out;
+		}
+		if (l->flags & LK_CHUNK_ONLY) {
+			finish(run, l, 0, r, 0);
+			next = LK_FINISHED;
 			goto out;
 		}
 		uint64_t e = ci_entry(ci, r, l->hash);

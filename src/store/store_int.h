@@ -50,6 +50,7 @@ enum { LK_HOT = 0, LK_CHUNK = 1, LK_COLD = 2 };
 #define LK_HOT_ONLY 0x1  /* stop where the hot chain ends (compaction liveness) */
 #define LK_COLD_ONLY 0x2 /* start at the cold index (cold compaction liveness) */
 #define LK_FILL_RC 0x4   /* a user read: copy a cold hit into the read cache */
+#define LK_CHUNK_ONLY 0x8 /* read the chunk at addr and stop (compaction prefetch) */
 #define LK_FROM_INDEX UINT64_MAX /* addr sentinel: start at the phase's index */
 
 struct lookup {

@@ -163,6 +163,17 @@ static inline void rec_value_store(struct record *r, const void *src, uint32_t n
 	}
 }
 
+/* Replace a live value in place (caller holds the record's lock; vlen <= val_cap). */
+static inline void rec_write_in_place(struct record *r, const void *val, uint32_t vlen)
+{
+	rec_value_store(r, val, vlen);
+	/* relaxed: ordered by the unlock's release */
+	atomic_store_explicit(&r->val_len, vlen, memory_order_relaxed);
+	if (atomic_load_explicit(&r->header, memory_order_relaxed) & REC_TOMBSTONE)
+		/* rare (a deleted key written again): skip the locked op otherwise */
+		atomic_fetch_and_explicit(&r->header, ~REC_TOMBSTONE, memory_order_relaxed);
+}
+
 /* Take the record's writer lock. Returns 0, or -1 if the record is sealed. */
 static inline int rec_lock(struct record *r)
 {

@@ -167,12 +167,7 @@ static int blind_write(ember_session *s, const void *key, uint32_t klen, const v
 					/* relaxed: ordered by the unlock's release */
 					atomic_fetch_or_explicit(&r->header, REC_TOMBSTONE, memory_order_relaxed);
 				} else {
-					rec_value_store(r, val, vlen);
-					/* relaxed: ordered by the unlock's release */
-					atomic_store_explicit(&r->val_len, vlen, memory_order_relaxed);
-					if (rec_header(r) & REC_TOMBSTONE) /* rare: skip the locked op */
-						atomic_fetch_and_explicit(&r->header, ~REC_TOMBSTONE,
-									  memory_order_relaxed);
+					rec_write_in_place(r, val, vlen);
 				}
 				rec_unlock(r, 0);
 				rc = 0;
@@ -431,12 +426,7 @@ int ember_rmw(ember_session *s, const void *key, size_t klen, ember_rmw_fn fn, v
 			break;
 		}
 		if (locked && out_len <= locked->val_cap) {
-			rec_value_store(locked, s->scratch, (uint32_t)out_len);
-			/* relaxed: ordered by the unlock's release */
-			atomic_store_explicit(&locked->val_len, (uint32_t)out_len, memory_order_relaxed);
-			if (rec_header(locked) & REC_TOMBSTONE) /* rare: skip the locked op */
-				atomic_fetch_and_explicit(&locked->header, ~REC_TOMBSTONE,
-							  memory_order_relaxed);
+			rec_write_in_place(locked, s->scratch, (uint32_t)out_len);
 			rec_unlock(locked, 0);
 			rc = 0;
 			break;

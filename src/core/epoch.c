@@ -72,9 +72,12 @@ void epoch_protect(struct epoch *ep, int id)
 	/* seq_cst load: see the file comment for the re-check argument */
 	uint64_t e = atomic_load(&ep->current);
 	for (;;) {
-		atomic_store_explicit(&slot->local, e, memory_order_relaxed);
-		/* full fence: publication of the slot before any read of shared state */
-		atomic_thread_fence(memory_order_seq_cst);
+		/* seq_cst exchange, not a relaxed store and a fence: an RMW continues the
+		 * release sequence of our last unprotect, so a drainer that reads this
+		 * value still synchronises with everything we did before (C++20 rules,
+		 * and ThreadSanitizer, which ignores fences, need the RMW); it is also the
+		 * full barrier that orders publication before any read of shared state */
+		atomic_exchange_explicit(&slot->local, e, memory_order_seq_cst);
 		uint64_t again = atomic_load(&ep->current);
 		if (again == e)
 			break;

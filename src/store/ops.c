@@ -199,10 +199,7 @@ static int blind_write(ember_session *s, const void *key, uint32_t klen, const v
 
 int ember_put(ember_session *s, const void *key, size_t klen, const void *val, size_t vlen)
 {
-	int rc = session_check(s);
-	if (rc < 0)
-		return rc;
-	rc = key_check(key, klen);
+	int rc = op_check(s, key, klen);
 	if (rc < 0)
 		return rc;
 	if (!val && vlen)
@@ -215,10 +212,7 @@ int ember_put(ember_session *s, const void *key, size_t klen, const void *val, s
 
 int ember_delete(ember_session *s, const void *key, size_t klen)
 {
-	int rc = session_check(s);
-	if (rc < 0)
-		return rc;
-	rc = key_check(key, klen);
+	int rc = op_check(s, key, klen);
 	if (rc < 0)
 		return rc;
 	return blind_write(s, key, (uint32_t)klen, NULL, 0, 1);
@@ -241,10 +235,7 @@ static void get_done(void *ctx, struct lookup *l, int status, struct record *rec
 int ember_get(ember_session *s, const void *key, size_t klen, void *buf, size_t cap,
 	      size_t *vlen)
 {
-	int rc = session_check(s);
-	if (rc < 0)
-		return rc;
-	rc = key_check(key, klen);
+	int rc = op_check(s, key, klen);
 	if (rc < 0)
 		return rc;
 	if (!vlen || (!buf && cap))
@@ -347,10 +338,7 @@ static int call_rmw(ember_session *s, ember_rmw_fn fn, void *arg, const void *ol
 
 int ember_rmw(ember_session *s, const void *key, size_t klen, ember_rmw_fn fn, void *arg)
 {
-	int rc = session_check(s);
-	if (rc < 0)
-		return rc;
-	rc = key_check(key, klen);
+	int rc = op_check(s, key, klen);
 	if (rc < 0)
 		return rc;
 	if (!fn)

@@ -173,6 +173,13 @@ static inline int key_check(const void *key, size_t klen)
 	return 0;
 }
 
+/* The checks every single-key call starts with: the session, then the key. */
+static inline int op_check(ember_session *s, const void *key, size_t klen)
+{
+	int rc = session_check(s);
+	return rc < 0 ? rc : key_check(key, klen);
+}
+
 /* Walk the chain from addr while it is in memory. Returns the record holding key
  * (its address in *at), or NULL with *at = the first address below head (or an
  * address below EM_LOG_START: the chain ended). Caller is protected. */

@@ -19,7 +19,7 @@
  *    never overflow into buckets allocated beside the budget);
  *  - cold index: about one chain per cold key (records / 32 chunks of 256 bytes,
  *    a power of two; the chunks live in the chunk log, on disk beyond its memory);
- *  - cold log disk budget: twice the loaded data in log format, so that
+ *  - cold log disk budget: four times the loaded data in log format, so that
  *    cold->cold compaction (which stops at 60% of the budget) always has room
  *    (Ember's default, 4 x the hot log's, is not tied to the data size).
  * With --ember-memory hot-log (p->hot_log_only), larger than memory keeps the
@@ -80,7 +80,7 @@ static int ee_open(const ycsb_engine_params *p, void **db, char *settings, size_
 		opts.index_buckets = p->index_buckets != 0 ? p->index_buckets
 							   : pow2_floor(p->mem_budget / 4 / 64);
 		opts.hot_disk_budget = pow2_ceil(opts.index_buckets) * 4 * rec;
-		opts.cold_disk_budget = 2 * p->records * rec;
+		opts.cold_disk_budget = 4 * p->records * rec;
 		opts.cold_index_chunks = pow2_ceil(p->records / 32 > 0 ? p->records / 32 : 1);
 	} else {
 		if (p->mem_budget != 0)

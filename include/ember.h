@@ -280,6 +280,19 @@ int ember_get_batch(ember_session *s, size_t n, const void *const keys[],
 		    const size_t klens[], void *const bufs[], const size_t caps[],
 		    size_t vlens[], int status[]);
 
+/*
+ * Many puts at once: for i in [0, n), store keys[i] (klens[i] bytes) -> vals[i]
+ * (vlens[i] bytes), in order (a key given twice ends with its later value), with
+ * the per-key result (as ember_put() would return it) in status[i]. Every pair is
+ * checked before anything is written: an invalid argument returns its error code
+ * and writes nothing (status[] untouched). Otherwise returns 0 (check status[]; a
+ * write can still fail alone, e.g. EMBER_ENOSPC). n may be 0. vals[i] may be NULL
+ * when vlens[i] is 0. Each put is atomic on its own; the batch is not a transaction.
+ */
+int ember_put_batch(ember_session *s, size_t n, const void *const keys[],
+		    const size_t klens[], const void *const vals[], const size_t vlens[],
+		    int status[]);
+
 #ifdef __cplusplus
 }
 #endif

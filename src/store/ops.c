@@ -210,6 +210,36 @@ int ember_put(ember_session *s, const void *key, size_t klen, const void *val, s
 	return blind_write(s, key, (uint32_t)klen, val, (uint32_t)vlen, 0);
 }
 
+/*
+ * Check every pair first (so a bad argument writes nothing), then write in order.
+ * Upserts at the hot tail are blind and stay in memory, so there is nothing to
+ * overlap here the way ember_get_batch overlaps misses: one call saves the caller
+ * the per-call checks and keeps the batch's writes together in the log.
+ */
+int ember_put_batch(ember_session *s, size_t n, const void *const keys[], const size_t klens[],
+		    const void *const vals[], const size_t vlens[], int status[])
+{
+	int rc = session_check(s);
+	if (rc < 0)
+		return rc;
+	if (n == 0)
+		return 0;
+	if (!keys || !klens || !vals || !vlens || !status)
+		return EMBER_EINVAL;
+	for (size_t i = 0; i < n; i++) {
+		rc = key_check(keys[i], klens[i]);
+		if (rc == 0 && !vals[i] && vlens[i])
+			rc = EMBER_EINVAL;
+		if (rc == 0)
+			rc = size_check(s, klens[i], vlens[i]);
+		if (rc < 0)
+			return rc;
+	}
+	for (size_t i = 0; i < n; i++)
+		status[i] = blind_write(s, keys[i], (uint32_t)klens[i], vals[i], (uint32_t)vlens[i], 0);
+	return 0;
+}
+
 int ember_delete(ember_session *s, const void *key, size_t klen)
 {
 	int rc = op_check(s, key, klen);

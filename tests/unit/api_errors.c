@@ -408,6 +408,48 @@ static void test_delete(void)
 	close_and_remove(db, s, dir);
 }
 
+/* ---- put_batch ------------------------------------------------------------------------------- */
+
+static void test_put_batch(void)
+{
+	char dir[512];
+	ember_db *db = open_small(dir, sizeof(dir), "api-pbatch");
+	ember_session *s = NULL;
+	CHECK_OK(ember_session_open(db, &s));
+	const void *keys[3] = { "a", "b", "a" };
+	size_t klens[3] = { 1, 1, 1 };
+	const void *vals[3] = { "1", "2", "3" };
+	size_t vlens[3] = { 1, 1, 1 };
+	int st[3] = { 7, 7, 7 };
+	uint8_t buf[16];
+	size_t vl = 0;
+	CHECK_RC(ember_put_batch(NULL, 3, keys, klens, vals, vlens, st), EMBER_EINVAL);
+	CHECK_RC(ember_put_batch(s, 3, NULL, klens, vals, vlens, st), EMBER_EINVAL);
+	CHECK_RC(ember_put_batch(s, 3, keys, NULL, vals, vlens, st), EMBER_EINVAL);
+	CHECK_RC(ember_put_batch(s, 3, keys, klens, NULL, vlens, st), EMBER_EINVAL);
+	CHECK_RC(ember_put_batch(s, 3, keys, klens, vals, NULL, st), EMBER_EINVAL);
+	CHECK_RC(ember_put_batch(s, 3, keys, klens, vals, vlens, NULL), EMBER_EINVAL);
+	CHECK_OK(ember_put_batch(s, 0, NULL, NULL, NULL, NULL, NULL));
+	/* One bad pair (the last) writes nothing of the batch. */
+	size_t bad_klens[3] = { 1, 1, 0 };
+	CHECK_RC(ember_put_batch(s, 3, keys, bad_klens, vals, vlens, st), EMBER_EINVAL);
+	const void *null_vals[3] = { "1", NULL, "3" };
+	CHECK_RC(ember_put_batch(s, 3, keys, klens, null_vals, vlens, st), EMBER_EINVAL);
+	size_t big_vlens[3] = { 1, 1, (size_t)EMBER_MAX_VALUE_LEN + 1 };
+	CHECK_RC(ember_put_batch(s, 3, keys, klens, vals, big_vlens, st), EMBER_ETOOBIG);
+	CHECK(st[0] == 7 && st[1] == 7 && st[2] == 7, "status[] touched by a refused batch");
+	CHECK_RC(ember_get(s, "a", 1, buf, sizeof(buf), &vl), EMBER_ENOTFOUND);
+	CHECK_RC(ember_get(s, "b", 1, buf, sizeof(buf), &vl), EMBER_ENOTFOUND);
+	/* In order: the key given twice keeps its later value. */
+	CHECK_OK(ember_put_batch(s, 3, keys, klens, vals, vlens, st));
+	CHECK(st[0] == 0 && st[1] == 0 && st[2] == 0, "status %d %d %d", st[0], st[1], st[2]);
+	CHECK_OK(ember_get(s, "a", 1, buf, sizeof(buf), &vl));
+	CHECK(vl == 1 && buf[0] == '3', "a holds its later value");
+	CHECK_OK(ember_get(s, "b", 1, buf, sizeof(buf), &vl));
+	CHECK(vl == 1 && buf[0] == '2', "b written");
+	close_and_remove(db, s, dir);
+}
+
 /* ---- rmw -------------------------------------------------------------------------------------- */
 
 typedef struct cb_arg {
@@ -819,6 +861,7 @@ int main(int argc, char **argv)
 		{ "value_limits_default", test_value_limits_default },
 		{ "get_sizes", test_get_sizes },
 		{ "delete", test_delete },
+		{ "put_batch", test_put_batch },
 		{ "rmw", test_rmw },
 		{ "rmw_present_empty", test_rmw_present_empty },
 		{ "closed_session", test_closed_session },

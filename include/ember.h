@@ -70,6 +70,7 @@ enum {
 	EMBER_EAGAIN = -30012,   /* try again later */
 	EMBER_ENOSPC = -30013,   /* a configured limit is exhausted: sessions, or the disk
 				    budgets (live data fills them: compaction cannot make room) */
+	EMBER_EREADONLY = -30014,/* the store was opened read-only (EMBER_OPEN_READONLY) */
 };
 
 /* A static, human-readable explanation of any return code (Ember's or -errno). */
@@ -84,6 +85,11 @@ const char *ember_strerror(int code);
 #define EMBER_OPEN_TRUNCATE 0x1u /* discard the Ember store the directory holds (even a
 				    damaged one or one of another format version); a
 				    superblock that is not Ember's is never overwritten */
+#define EMBER_OPEN_READONLY 0x2u /* open an existing store for reading only: recover its
+				    newest complete checkpoint without changing any file;
+				    writes, compaction and checkpoints return
+				    EMBER_EREADONLY. Several read-only opens may share a
+				    store; a writer excludes them (EMBER_EBUSY). */
 
 /*
  * Options for ember_open(). Zero the struct (or call ember_options_default()) and
@@ -142,6 +148,18 @@ typedef struct ember_options {
 	 * since it was cached moves to the cache's tail instead). Writes of a key drop
 	 * its cached copy. At least 8 pages when set. Default 0: off. */
 	uint64_t read_cache_memory;
+
+	/* ---- durability (see docs/checkpoint.md) ---- */
+
+	/* Take a checkpoint in the background every this many milliseconds (as
+	 * ember_checkpoint() would). 0: only when ember_checkpoint() is called. */
+	uint32_t checkpoint_interval_ms;
+	/* Called with one line of text for each notable event of recovery (a checkpoint
+	 * skipped as partial or damaged, and why) and for corruption found later (where).
+	 * May be called from any of the store's threads; must not call into Ember.
+	 * NULL: such lines go to stderr. */
+	void (*log_fn)(void *log_arg, const char *line);
+	void *log_arg;
 } ember_options;
 
 /* Fill *opts with the defaults. opts must not be NULL. */
@@ -198,9 +216,18 @@ int ember_compact(ember_db *db, int force);
  * Open (creating if needed) the store in directory dir. opts may be NULL for
  * defaults. On success *db is set; on failure *db is left NULL.
  *
- * Until checkpoints and recovery land, a directory that already holds an Ember store
- * returns EMBER_EEXIST unless opts->flags has EMBER_OPEN_TRUNCATE (which discards
- * it). A directory whose superblock is not Ember's returns EMBER_ENOTEMBER; one of
+ * A directory that already holds an Ember store is recovered: the newest complete
+ * checkpoint is loaded, and the store holds exactly what that checkpoint covers
+ * (everything written before ember_checkpoint() was called; writes after it may be
+ * lost). A store never checkpointed recovers empty. A newer checkpoint that is
+ * partial or damaged is skipped (opts->log_fn says which and why) and removed; if
+ * the only complete checkpoint is damaged the open fails with EMBER_ECORRUPT
+ * (ember_error_detail() is not available without a handle: log_fn says where).
+ * The store's geometry is fixed when it is created: page_size, index_buckets,
+ * cold_index_chunks, cold_chunk_bytes and the memory of each log (log_memory /
+ * memory_budget, cold_log_memory) are taken from the store on reopen and the
+ * options' values for them are ignored; budgets, read cache, queue depth and the
+ * rest apply anew. With EMBER_OPEN_TRUNCATE the store is discarded instead. A directory whose superblock is not Ember's returns EMBER_ENOTEMBER; one of
  * another format version EMBER_EVERSION. A directory locked by another open store
  * returns EMBER_EBUSY. A directory that cannot be created returns -errno.
  */
@@ -292,6 +319,84 @@ int ember_get_batch(ember_session *s, size_t n, const void *const keys[],
 int ember_put_batch(ember_session *s, size_t n, const void *const keys[],
 		    const size_t klens[], const void *const vals[], const size_t vlens[],
 		    int status[]);
+
+/* ---- durability (docs/checkpoint.md) ------------------------------------------- */
+
+/*
+ * Take a checkpoint: when it returns 0, every write that returned before the call
+ * began is durable, and a crash at any later moment recovers at least that state.
+ * Writes made while it runs may or may not be covered. User threads keep working
+ * meanwhile (compaction pauses). Checkpoints are numbered 1, 2, ... in the order
+ * they complete; *id (may be NULL) gets this one's. Once it is complete the older
+ * checkpoints are removed, and the log space compaction released since the last
+ * checkpoint is given back to the file system. One checkpoint runs at a time: a
+ * second caller waits for the first. EMBER_EREADONLY on a read-only store; an I/O
+ * error leaves the previous checkpoint in place and returns the error.
+ * Any thread may call it, but not from inside an rmw callback.
+ */
+int ember_checkpoint(ember_db *db, uint64_t *id);
+
+/* One complete checkpoint of a store. */
+typedef struct ember_checkpoint_info {
+	uint64_t id;
+	uint64_t time_unix;     /* seconds since the epoch, when it completed */
+	uint64_t hot_begin;     /* the logs' extents it covers (log addresses) */
+	uint64_t hot_end;
+	uint64_t cold_begin;
+	uint64_t cold_end;
+	uint64_t index_entries; /* hot index entries it saved */
+} ember_checkpoint_info;
+
+/* The complete checkpoints, newest first: up to cap in out[], their number in *n.
+ * Returns 0 (or EMBER_ERANGE when there are more than cap: *n says how many). */
+int ember_checkpoint_list(ember_db *db, ember_checkpoint_info *out, size_t cap, size_t *n);
+
+/* What ember_open recovered. */
+typedef struct ember_recovery_info {
+	uint64_t checkpoint_id;    /* 0: the store was new or had no complete checkpoint */
+	uint64_t records_replayed; /* log records re-indexed past the saved index */
+	uint32_t checkpoints_skipped; /* partial or damaged newer ones */
+	char detail[256];          /* why the last one was skipped ("" if none) */
+} ember_recovery_info;
+
+int ember_recovery_info_get(ember_db *db, ember_recovery_info *out);
+
+/*
+ * The detail of the last EMBER_ECORRUPT (or EMBER_EIO) the store met: which file,
+ * at what offset, and what failed, as one line in buf (cap bytes, NUL-terminated,
+ * truncated if needed). Returns 0, or EMBER_ENOTFOUND when there was none.
+ */
+int ember_error_detail(ember_db *db, char *buf, size_t cap);
+
+/*
+ * Read every live key of the store (newest value of each key that is not deleted),
+ * calling fn(arg, key, klen, val, vlen) for each; the pointers are valid during the
+ * call only. fn returns 0 to go on; any other value stops the walk and is returned.
+ * Keys come in no particular order. The walk sees a state at least as new as the
+ * moment it began for keys not written meanwhile; keys written meanwhile may be
+ * seen with their old or new value (or, rarely, twice). It runs on the calling
+ * thread (no session needed) and may read the whole store from disk.
+ */
+typedef int (*ember_iter_fn)(void *arg, const void *key, size_t klen, const void *val,
+			     size_t vlen);
+int ember_iterate(ember_db *db, ember_iter_fn fn, void *arg);
+
+/* What ember_verify() checked. */
+typedef struct ember_verify_report {
+	uint64_t records;       /* records read and checked, every log */
+	uint64_t bytes;         /* log bytes read */
+	uint64_t chunks;        /* cold index chunks checked */
+	uint64_t errors;        /* checksum or structure failures */
+	char first_error[256];  /* where the first one was ("" if none) */
+} ember_verify_report;
+
+/*
+ * Read every record of every log and every cold-index chunk back from disk (or
+ * memory) and check its checksum and structure. Returns 0 when all is well,
+ * EMBER_ECORRUPT when anything failed (report filled in either case), or an I/O
+ * error. May run while other threads work (it checks what was there when it began).
+ */
+int ember_verify(ember_db *db, ember_verify_report *report);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,7 @@
 /*
  * errors.c - ember_strerror() and ember_version().
  *
- * Ember's own codes live in [-30013, -30000]; anything else negative is a negated
+ * Ember's own codes live in [-30014, -30000]; anything else negative is a negated
  * errno value, explained by the C library's description of it.
  */
 #include <ember.h>
@@ -28,6 +28,7 @@ const char *ember_strerror(int code)
 	case EMBER_ESTATE: return "call not valid in the object's current state";
 	case EMBER_EAGAIN: return "resource temporarily unavailable, try again";
 	case EMBER_ENOSPC: return "a configured limit is exhausted";
+	case EMBER_EREADONLY: return "the store is open read-only";
 	default: break;
 	}
 	if (code < 0 && code > -4096) {

@@ -65,19 +65,19 @@ static void test_version_strerror(void)
 	      ember_version(), EMBER_VERSION_STRING);
 	CHECK(EMBER_VERSION_NUMBER == 100, "EMBER_VERSION_NUMBER %d", EMBER_VERSION_NUMBER);
 
-	const char *msgs[14];
-	for (int code = EMBER_ENOSPC; code <= EMBER_EINVAL; code++) {
+	const char *msgs[15];
+	for (int code = EMBER_EREADONLY; code <= EMBER_EINVAL; code++) {
 		const char *m = ember_strerror(code);
 		CHECK(m != NULL && m[0] != '\0', "ember_strerror(%d) empty", code);
 		msgs[EMBER_EINVAL - code] = m;
 	}
 	/* Each Ember code has its own explanation. */
-	for (int i = 0; i < 14; i++)
-		for (int j = i + 1; j < 14; j++)
+	for (int i = 0; i < 15; i++)
+		for (int j = i + 1; j < 15; j++)
 			CHECK(strcmp(msgs[i], msgs[j]) != 0, "codes %d and %d share '%s'",
 			      EMBER_EINVAL - i, EMBER_EINVAL - j, msgs[i]);
 	const int others[] = { 0,	   -ENOENT, -EIO,    -EACCES, -ENOSPC, -EINTR, 12345, 1,
-			       -29999,	   -30014,  -30999,  -4096,   -4095,   -1,	   INT_MIN,
+			       -29999,	   -30015,  -30999,  -4096,   -4095,   -1,	   INT_MIN,
 			       INT_MAX };
 	for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++) {
 		const char *m = ember_strerror(others[i]);

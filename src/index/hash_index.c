@@ -70,6 +70,11 @@ static struct hi_bucket *next_bucket(struct hash_index *hi, struct hi_bucket *b)
 }
 
 /* Allocate a fresh overflow bucket; returns its id or 0. */
+struct hi_bucket *hi_overflow_next(struct hash_index *hi, struct hi_bucket *b)
+{
+	return next_bucket(hi, b);
+}
+
 static uint64_t overflow_alloc(struct hash_index *hi)
 {
 	/* relaxed: ids only need to be unique */

@@ -95,6 +95,8 @@ int hi_insert(struct hash_index *hi, uint64_t hash, uint64_t addr, hi_slot **slo
 int hi_insert_flags(struct hash_index *hi, uint64_t hash, uint64_t addr, uint64_t flags,
 		    hi_slot **slot, uint64_t *entry);
 
+/* The overflow bucket linked from b, or NULL (for walks over every entry). */
+struct hi_bucket *hi_overflow_next(struct hash_index *hi, struct hi_bucket *b);
 /* Overflow buckets in use (statistics). */
 uint64_t hi_overflow_buckets(struct hash_index *hi);
 

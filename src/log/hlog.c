@@ -227,6 +227,10 @@ static void worker_step(struct hlog *l)
 		want_ro = want_head;
 	if (want_ro > tail_floor)
 		want_ro = tail_floor;
+	/* a checkpoint's fold point: never past the tail, so no bound applies */
+	uint64_t fold = hlog_load(&l->fold_request);
+	if (fold > want_ro)
+		want_ro = fold;
 	if (want_ro > hlog_load(&l->read_only))
 		bump(l, &l->read_only, want_ro, set_safe_ro);
 
@@ -327,6 +331,43 @@ int hlog_wait(struct hlog *l, uint64_t size, int epoch_slot)
 	return rc;
 }
 
+int hlog_fold(struct hlog *l, uint64_t upto)
+{
+	atomic_max_u64(&l->fold_request, upto);
+	int rc = 0;
+	for (unsigned spins = 0;; spins++) {
+		if (hlog_load(&l->flushed) >= upto)
+			break;
+		rc = atomic_load_explicit(&l->error, memory_order_relaxed); /* sticky flag */
+		if (rc)
+			return rc;
+		hlog_kick(l);
+		epoch_drain(l->ep);
+		struct timespec ts = {0, spins < 100 ? 20000 : 200000};
+		nanosleep(&ts, NULL);
+	}
+	if (!l->file)
+		return 0;
+	struct em_ring ring;
+	rc = em_ring_init(&ring, 2);
+	if (rc < 0)
+		return rc;
+	rc = em_io_fsync(&ring, l->file);
+	em_ring_exit(&ring);
+	return rc;
+}
+
+int hlog_load_tail_block(struct hlog *l, struct em_ring *ring)
+{
+	uint64_t t = hlog_load(&l->tail);
+	uint64_t from = em_align_down(t, EM_IO_ALIGN);
+	if (!l->file || from == t || t <= EM_LOG_START)
+		return 0;
+	/* the block lies in one lap: laps and pages are multiples of 4 KiB */
+	void *dst = l->base + (l->mem_mask ? (from & l->mem_mask) : (from % l->mem_size));
+	return em_io_pread(ring, l->file, dst, EM_IO_ALIGN, from);
+}
+
 static int map_ring(struct hlog *l)
 {
 	const size_t huge = 2u << 20;
@@ -362,6 +403,21 @@ int hlog_init(struct hlog *l, const struct hlog_config *cfg, struct em_file *fil
 	atomic_init(&l->tail, EM_LOG_START);
 	atomic_init(&l->begin, EM_LOG_START);
 	l->csum_cursor = EM_LOG_START;
+	if (cfg->start_tail > EM_LOG_START) {
+		/* recovered: [start_begin, start_tail) is on disk, nothing in memory */
+		uint64_t t = cfg->start_tail;
+		atomic_init(&l->begin, cfg->start_begin);
+		atomic_init(&l->tail, t);
+		atomic_init(&l->read_only, t);
+		atomic_init(&l->safe_read_only, t);
+		atomic_init(&l->head, t);
+		atomic_init(&l->safe_head, t);
+		atomic_init(&l->flushed, t);
+		atomic_init(&l->fold_request, t);
+		l->csum_cursor = t;
+		l->flush_issued = t;
+		l->flush_from = em_align_down(t, EM_IO_ALIGN);
+	}
 	for (int i = 0; i < HLOG_BUMPS; i++)
 		atomic_init(&l->bumps[i].busy, 0);
 

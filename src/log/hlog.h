@@ -25,8 +25,9 @@
  *   [ro, tail)          mutable: records are updated in place under their lock
  *
  * Invariants
- *  1. Every boundary only grows. read_only and head are page aligned; flushed is a
- *     record boundary.
+ *  1. Every boundary only grows. head is page aligned; read_only is page aligned
+ *     except where a checkpoint moved it to the tail (hlog_fold, a record
+ *     boundary); flushed is a record boundary.
  *  2. [begin, tail) is dense: every byte belongs to a record that the allocating
  *     thread fully wrote (or marked invalid, or a filler) before leaving its epoch,
  *     except gaps of under REC_HDR_SIZE bytes at the end of a lap.
@@ -43,8 +44,9 @@
  * user threads, and the set_safe_* epoch actions run on whichever thread drains
  * the epoch):
  *   tail moves      hlog_alloc (user threads, CAS)
- *   read_only moves worker_step when the mutable region exceeds its share, or when
- *                   an allocator waits for room (alloc_need)
+ *   read_only moves worker_step when the mutable region exceeds its share, when
+ *                   an allocator waits for room (alloc_need), or to a
+ *                   checkpoint's fold point (hlog_fold sets fold_request)
  *   safe_ro moves   set_safe_ro, the epoch action of that move
  *   flush issued    worker_flush: checksums records, writes up to the end of the
  *                   record that straddles safe_ro
@@ -111,6 +113,7 @@ struct hlog {
 	_Atomic uint64_t flushed;
 	_Atomic uint64_t begin;
 	_Atomic uint64_t alloc_need;
+	_Atomic uint64_t fold_request; /* read_only must reach this (a checkpoint's fold point) */
 	_Atomic int error; /* first I/O error of the worker, sticky */
 	_Atomic uint64_t bytes_flushed;
 
@@ -133,6 +136,11 @@ struct hlog_config {
 	uint64_t mem_size;
 	uint32_t page_size;
 	double mutable_fraction;
+	/* Recovery: a log whose records [start_begin, start_tail) are on disk already
+	 * (both 0: a new, empty log). Everything below start_tail is on disk only; the
+	 * caller loads the partial 4 KiB block below start_tail with hlog_load_tail_block
+	 * before the first flush could rewrite it. */
+	uint64_t start_begin, start_tail;
 };
 
 /* Returns 0, EMBER_ENOMEM, or -errno. The log writes to file (which must stay open
@@ -156,6 +164,21 @@ static inline uint64_t hlog_load(_Atomic uint64_t *boundary)
 }
 
 void hlog_kick(struct hlog *l);
+/*
+ * Fold-over (checkpoints): make every record below upto (<= tail, a record boundary
+ * such as a tail value read earlier) immutable and durable. Moves read_only to
+ * upto, waits until the log's flushed address passes it, then fsyncs the file. The
+ * caller must not be epoch-protected (the move waits for every thread to leave the
+ * epoch in which it could still update in place below upto). Returns 0, the log's
+ * sticky I/O error, or an fsync error.
+ */
+int hlog_fold(struct hlog *l, uint64_t upto);
+/*
+ * After hlog_init with start_tail: read the bytes of the 4 KiB block that holds
+ * start_tail, below it, from the file into the ring, so that the first flush (which
+ * rewrites whole blocks) writes them back unchanged. Returns 0 or an error.
+ */
+int hlog_load_tail_block(struct hlog *l, struct em_ring *ring);
 
 /* Where the next record starts, given a scanner's position a (skips the bare gap
  * at the end of a lap). */

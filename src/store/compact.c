@@ -41,6 +41,7 @@
  * stays bounded even when the background thread falls behind.
  */
 #include "store/compact.h"
+#include "store/checkpoint.h"
 
 #include <errno.h>
 #include <string.h>
@@ -316,7 +317,7 @@ out:
 	return rc;
 }
 
-static void epoch_wait_safe(struct ember_db *db)
+void epoch_wait_safe(struct ember_db *db)
 {
 	/* seq_cst: read the epoch before the bump that ends it */
 	uint64_t e = atomic_load(&db->ep->current);
@@ -440,14 +441,10 @@ static int compact_pass(struct compactor *c, ember_session *s, int kind, uint64_
 									 memory_order_relaxed))
 			;
 		epoch_wait_safe(db);
-		/* the block holding the old begin is dead now too (it was the last,
-		 * partly live block of the previous pass) */
-		uint64_t from = em_align_down(begin, EM_IO_ALIGN), to = em_align_down(a, EM_IO_ALIGN);
-		if (to > from) {
-			int prc = em_io_punch(&s->ring, f, from, to - from);
-			if (prc < 0 && prc != -EOPNOTSUPP)
-				rc = prc;
-		}
+		/* give the file space back, as far as no checkpoint needs it */
+		int prc = ckpt_release(db, kind, a, &s->ring);
+		if (prc < 0)
+			rc = prc;
 		if (kind == COMPACT_HOT)
 			clean_hot_index(db, a);
 	}
@@ -511,6 +508,8 @@ int compact_run(struct ember_db *db, ember_session *s, int kind, int force)
 {
 	struct compactor *c = db->comp;
 	int ran = 0;
+	if (db->readonly)
+		return 0; /* a read-only store never writes its files */
 	pthread_mutex_lock(&c->pass_mu);
 	for (int k = COMPACT_HOT; k <= COMPACT_CHUNKS; k++) {
 		if (kind >= 0 && k != kind)
@@ -580,9 +579,10 @@ int compact_assist(ember_session *s)
 			clock_gettime(CLOCK_MONOTONIC, &t0);
 			continue;
 		}
-		/* a pass that is still scanning (another thread's) is progress too */
+		/* a pass that is still scanning (another thread's) is progress too, and
+		 * so is a checkpoint holding the passes back */
 		uint64_t w = compaction_work(c);
-		if (!ran && w != work) {
+		if (!ran && (w != work || ckpt_active(db))) {
 			work = w;
 			clock_gettime(CLOCK_MONOTONIC, &t0);
 			continue;
@@ -681,6 +681,8 @@ int ember_compact(ember_db *db, int force)
 {
 	if (!db || db->magic != DB_MAGIC)
 		return EMBER_EINVAL;
+	if (db->readonly)
+		return EMBER_EREADONLY;
 	ember_session *s;
 	int rc = session_create(db, 1, &s);
 	if (rc < 0)

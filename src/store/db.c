@@ -8,16 +8,28 @@
  *   hot.log      the hot log; byte x of the log is byte x of the file
  *   cold.log     the cold log (compaction output), likewise
  *   cold.idx     the chunk log: the cold index's hash chunks, likewise
+ *   checkpoints/ one directory per complete checkpoint (checkpoint.c)
  *
- * Open sequence (ember_open): check options -> mkdir -> lock -> check the
- * superblock -> epoch table -> hash index -> hot, cold and chunk logs -> cold
- * index -> compactor -> write the superblock. Each step has an undo label; a failure unwinds exactly the steps
- * taken, and leaves no new superblock behind.
+ * Open sequence (ember_open): check options -> mkdir -> lock -> read the
+ * superblock (absent, or TRUNCATE: a new store; else recover) -> find the newest
+ * usable checkpoint -> epoch table -> hash index -> hot, cold and chunk logs (new:
+ * truncated; recovered: restarted at the checkpoint's extents) -> cold index ->
+ * apply the checkpoint (index, cold table, replay) -> compactor -> write the
+ * superblock (new stores only) -> background checkpoints. Each step has an undo
+ * label; a failure unwinds exactly the steps taken, and leaves no new superblock
+ * behind. A new store removes old checkpoints before it truncates any log, so a
+ * crash in between never pairs an old checkpoint with emptied logs.
+ *
+ * Close: background checkpoints stop, then a final checkpoint is taken when the
+ * store changed since the last one (a clean close loses nothing), then everything
+ * is torn down.
  */
 #include "store/store_int.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -26,6 +38,7 @@
 
 #include "core/alloc.h"
 #include "core/hash.h"
+#include "store/checkpoint.h"
 #include "store/compact.h"
 
 #define SUPER_NAME "ember.super"
@@ -34,7 +47,7 @@
 #define CHUNK_NAME "cold.idx"
 #define SUPER_SIZE 4096u
 #define SUPER_MAGIC "EMBERDB\0"
-#define FORMAT_VERSION 1u
+#define FORMAT_VERSION 2u
 
 void ember_options_default(ember_options *o)
 {
@@ -92,7 +105,9 @@ static int options_resolve(const ember_options *in, ember_options *out)
 		return EMBER_EINVAL;
 	if (out->read_cache_memory && out->read_cache_memory / out->page_size < 8)
 		return EMBER_EINVAL;
-	if (out->flags & ~(uint32_t)EMBER_OPEN_TRUNCATE)
+	if (out->flags & ~(uint32_t)(EMBER_OPEN_TRUNCATE | EMBER_OPEN_READONLY))
+		return EMBER_EINVAL;
+	if ((out->flags & EMBER_OPEN_TRUNCATE) && (out->flags & EMBER_OPEN_READONLY))
 		return EMBER_EINVAL;
 	return 0;
 }
@@ -111,7 +126,8 @@ static uint64_t pow2_ceil(uint64_t v)
 	return n;
 }
 
-static int layout_resolve(const ember_options *o, struct layout *lay)
+static int layout_resolve(const ember_options *o, const struct store_geometry *geo,
+			  struct layout *lay)
 {
 	uint64_t page = o->page_size, min_log = 8 * page;
 	uint64_t index_bytes = pow2_ceil(o->index_buckets) * 64;
@@ -132,13 +148,20 @@ static int layout_resolve(const ember_options *o, struct layout *lay)
 	if (o->memory_budget) {
 		uint64_t others = index_bytes + table_bytes + lay->cold_mem + lay->chunk_mem +
 				  o->read_cache_memory;
-		if (o->memory_budget < others + min_log)
+		if (o->memory_budget < others + min_log && !geo)
 			return EMBER_EINVAL;
 		lay->hot_mem = o->memory_budget - others;
 	} else {
 		lay->hot_mem = o->log_memory;
 	}
 	lay->hot_mem = em_page_floor(lay->hot_mem, (unsigned)__builtin_ctz(o->page_size));
+	if (geo) {
+		/* a recovered store keeps the rings it was created with (the laps of
+		 * its logs depend on them) */
+		lay->hot_mem = geo->hot_mem;
+		lay->cold_mem = geo->cold_mem;
+		lay->chunk_mem = geo->chunk_mem;
+	}
 	lay->hot_budget = o->hot_disk_budget ? o->hot_disk_budget : 16 * lay->hot_mem;
 	if (lay->hot_budget < 2 * lay->hot_mem)
 		lay->hot_budget = 2 * lay->hot_mem;
@@ -165,8 +188,8 @@ static char *path_join(const char *dir, const char *name)
 
 static uint64_t super_checksum(const uint8_t *sb) { return XXH3_64bits(sb, SUPER_SIZE - 8); }
 
-/* Read the superblock. 0: valid; 1: absent; else an error code. */
-static int super_read(struct em_ring *ring, const char *path)
+/* Read the superblock. 0: valid (*geo filled); 1: absent; else an error code. */
+static int super_read(struct em_ring *ring, const char *path, struct store_geometry *geo)
 {
 	struct em_file f;
 	int rc = em_file_open(&f, path, EM_FILE_READONLY);
@@ -199,6 +222,30 @@ static int super_read(struct em_ring *ring, const char *path)
 		rc = EMBER_EVERSION;
 	else
 		rc = 0;
+	if (rc == 0) {
+		uint32_t page;
+		memcpy(&page, sb + 12, 4);
+		geo->page_size = page;
+		memcpy(&geo->hot_mem, sb + 16, 8);
+		memcpy(&geo->cold_mem, sb + 32, 8);
+		memcpy(&geo->chunk_mem, sb + 40, 8);
+		memcpy(&geo->index_buckets, sb + 48, 8);
+		memcpy(&geo->cold_index_chunks, sb + 56, 8);
+		memcpy(&geo->cold_chunk_bytes, sb + 64, 8);
+		/* checksummed, but check what the rest of open relies on */
+		if (page < (64u << 10) || page > (64u << 20) || (page & (page - 1)) ||
+		    geo->hot_mem < 8 * (uint64_t)page || geo->hot_mem % page ||
+		    geo->hot_mem > (UINT64_C(1) << 44) || geo->cold_mem < 8 * (uint64_t)page ||
+		    geo->cold_mem % page || geo->cold_mem > (UINT64_C(1) << 44) ||
+		    geo->chunk_mem < 8 * (uint64_t)page || geo->chunk_mem % page ||
+		    geo->chunk_mem > (UINT64_C(1) << 44) || !geo->index_buckets ||
+		    (geo->index_buckets & (geo->index_buckets - 1)) ||
+		    geo->index_buckets > (UINT64_C(1) << 36) || !geo->cold_index_chunks ||
+		    (geo->cold_index_chunks & (geo->cold_index_chunks - 1)) ||
+		    geo->cold_index_chunks > (UINT64_C(1) << 36) || geo->cold_chunk_bytes < 64 ||
+		    geo->cold_chunk_bytes > 4096 || (geo->cold_chunk_bytes & (geo->cold_chunk_bytes - 1)))
+			rc = EMBER_ECORRUPT;
+	}
 undo_buf:
 	em_free(sb, SUPER_SIZE);
 undo_open:
@@ -206,7 +253,7 @@ undo_open:
 	return rc;
 }
 
-static int super_write(struct em_ring *ring, const char *path, const ember_options *o)
+static int super_write(struct em_ring *ring, const char *path, const struct store_geometry *g)
 {
 	struct em_file f;
 	int rc = em_file_open(&f, path, EM_FILE_CREATE | EM_FILE_TRUNCATE);
@@ -219,12 +266,17 @@ static int super_write(struct em_ring *ring, const char *path, const ember_optio
 	}
 	memset(sb, 0, SUPER_SIZE);
 	memcpy(sb, SUPER_MAGIC, 8);
-	uint32_t version = FORMAT_VERSION, page = o->page_size;
-	uint64_t mem = o->log_memory, now = (uint64_t)time(NULL);
+	uint32_t version = FORMAT_VERSION, page = (uint32_t)g->page_size;
+	uint64_t now = (uint64_t)time(NULL);
 	memcpy(sb + 8, &version, 4);
 	memcpy(sb + 12, &page, 4);
-	memcpy(sb + 16, &mem, 8);
+	memcpy(sb + 16, &g->hot_mem, 8);
 	memcpy(sb + 24, &now, 8);
+	memcpy(sb + 32, &g->cold_mem, 8);
+	memcpy(sb + 40, &g->chunk_mem, 8);
+	memcpy(sb + 48, &g->index_buckets, 8);
+	memcpy(sb + 56, &g->cold_index_chunks, 8);
+	memcpy(sb + 64, &g->cold_chunk_bytes, 8);
 	uint64_t sum = super_checksum(sb);
 	memcpy(sb + SUPER_SIZE - 8, &sum, 8);
 	rc = em_io_pwrite(ring, &f, sb, SUPER_SIZE, 0);
@@ -237,13 +289,14 @@ undo_open:
 }
 
 /*
- * Superblock at open. write == 0: may the store be created here? (absent: yes; an
- * Ember store: only with EMBER_OPEN_TRUNCATE, which also overrides a damaged one or
- * one of another version; a file that is not Ember's: never). write == 1: write the
- * new superblock (the last step of a successful open, so a failed open leaves no
- * store behind).
+ * Superblock at open. write == 0: what is here? Returns 0 with *recover = 0 for a
+ * new store (absent; or any Ember store, even a damaged one or one of another
+ * version, with EMBER_OPEN_TRUNCATE), *recover = 1 with *geo for a store to
+ * recover, or an error (a file that is not Ember's is never overwritten; read-only
+ * needs a store). write == 1: write the new superblock from *geo (the last step of
+ * a successful open, so a failed open leaves no store behind).
  */
-static int super_step(struct ember_db *db, int write)
+static int super_step(struct ember_db *db, int write, struct store_geometry *geo, int *recover)
 {
 	struct em_ring ring;
 	int rc = em_ring_init(&ring, 4);
@@ -255,16 +308,19 @@ static int super_step(struct ember_db *db, int write)
 		goto undo_ring;
 	}
 	if (write) {
-		rc = super_write(&ring, path, &db->opts);
+		rc = super_write(&ring, path, geo);
 	} else {
 		int truncate = (db->opts.flags & EMBER_OPEN_TRUNCATE) != 0;
-		rc = super_read(&ring, path);
+		*recover = 0;
+		rc = super_read(&ring, path, geo);
 		if (rc == 1)
-			rc = 0; /* absent: a new store */
-		else if (rc == 0)
-			rc = truncate ? 0 : EMBER_EEXIST;
+			rc = db->readonly ? -ENOENT : 0; /* absent: a new store */
+		else if (rc == 0 && !truncate)
+			*recover = 1;
 		else if ((rc == EMBER_ECORRUPT || rc == EMBER_EVERSION) && truncate)
 			rc = 0;
+		if (rc == EMBER_ECORRUPT)
+			db_report(db, "%s: superblock fails its checksum or field checks", path);
 	}
 	em_free(path, 0);
 undo_ring:
@@ -277,12 +333,14 @@ static int lock_dir(struct ember_db *db)
 	char *path = path_join(db->dir, "LOCK");
 	if (!path)
 		return EMBER_ENOMEM;
-	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	int fd = db->readonly ? open(path, O_RDONLY | O_CLOEXEC)
+			      : open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
 	int rc = fd < 0 ? -errno : 0;
 	em_free(path, 0);
 	if (rc < 0)
 		return rc;
-	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+	/* writers exclude everyone; read-only opens share */
+	if (flock(fd, (db->readonly ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0) {
 		rc = errno == EWOULDBLOCK ? EMBER_EBUSY : -errno;
 		close(fd);
 		return rc;
@@ -295,19 +353,22 @@ static void db_free(struct ember_db *db)
 {
 	sessions_free(db);
 	pthread_mutex_destroy(&db->sess_mu);
+	pthread_mutex_destroy(&db->err_mu);
 	em_free(db->dir, 0);
 	em_free(db, sizeof(*db));
 }
 
-/* Open one log: its file (truncated: recovery comes with checkpoints) and its
- * memory and worker. */
+/* Open one log: its file and its memory and worker. begin == 0: a new log (the file
+ * is truncated); else the log restarts with [begin, tail) on disk. */
 static int log_open(struct ember_db *db, const char *name, uint64_t mem, double mutable_fraction,
-		    struct em_file *file, struct hlog **out)
+		    uint64_t begin, uint64_t tail, struct em_file *file, struct hlog **out)
 {
 	char *path = path_join(db->dir, name);
 	if (!path)
 		return EMBER_ENOMEM;
-	int rc = em_file_open(file, path, EM_FILE_CREATE | EM_FILE_TRUNCATE);
+	int fl = db->readonly ? EM_FILE_READONLY : begin ? EM_FILE_CREATE
+							   : EM_FILE_CREATE | EM_FILE_TRUNCATE;
+	int rc = em_file_open(file, path, fl);
 	em_free(path, 0);
 	if (rc < 0)
 		return rc;
@@ -317,10 +378,25 @@ static int log_open(struct ember_db *db, const char *name, uint64_t mem, double 
 		goto undo_file;
 	}
 	struct hlog_config hc = {.mem_size = mem, .page_size = db->opts.page_size,
-				 .mutable_fraction = mutable_fraction};
+				 .mutable_fraction = mutable_fraction, .start_begin = begin,
+				 .start_tail = begin ? tail : 0};
 	rc = hlog_init(l, &hc, file, db->ep);
 	if (rc < 0)
 		goto undo_log;
+	if (begin) {
+		struct em_ring ring;
+		rc = em_ring_init(&ring, 2);
+		if (rc == 0) {
+			rc = hlog_load_tail_block(l, &ring);
+			em_ring_exit(&ring);
+		}
+		if (rc < 0) {
+			db_report(db, "%s: reading the block below the recovered tail %llu failed: %s",
+				  name, (unsigned long long)tail, ember_strerror(rc));
+			hlog_destroy(l);
+			goto undo_log;
+		}
+	}
 	*out = l;
 	return 0;
 undo_log:
@@ -340,6 +416,36 @@ static void log_close(struct em_file *file, struct hlog **l)
 	em_file_close(file);
 }
 
+/* Remove every checkpoint of a store being created over an old one. */
+static int remove_checkpoints(struct ember_db *db)
+{
+	char *top = path_join(db->dir, CKPT_DIR);
+	if (!top)
+		return EMBER_ENOMEM;
+	int rc = 0;
+	DIR *d = opendir(top);
+	if (d) {
+		struct dirent *de;
+		while ((de = readdir(d)) && rc == 0) {
+			if (de->d_name[0] == '.')
+				continue;
+			static const char *const files[] = {"meta", "meta.tmp", "hot.index", "cold.table"};
+			char p[4096];
+			for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+				snprintf(p, sizeof(p), "%s/%s/%s", top, de->d_name, files[i]);
+				if (unlink(p) != 0 && errno != ENOENT)
+					rc = -errno;
+			}
+			snprintf(p, sizeof(p), "%s/%s", top, de->d_name);
+			if (rc == 0 && rmdir(p) != 0 && errno != ENOENT)
+				rc = -errno;
+		}
+		closedir(d);
+	}
+	em_free(top, 0);
+	return rc;
+}
+
 int ember_open(const char *dir, const ember_options *opts, ember_db **out)
 {
 	int rc;
@@ -353,9 +459,11 @@ int ember_open(const char *dir, const ember_options *opts, ember_db **out)
 		return EMBER_ENOMEM;
 	db->lock_fd = -1;
 	pthread_mutex_init(&db->sess_mu, NULL);
+	pthread_mutex_init(&db->err_mu, NULL);
 	rc = options_resolve(opts, &db->opts);
 	if (rc < 0)
 		goto undo_db;
+	db->readonly = (db->opts.flags & EMBER_OPEN_READONLY) != 0;
 	size_t dl = strlen(dir);
 	db->dir = em_alloc(dl + 1);
 	if (!db->dir) {
@@ -363,39 +471,63 @@ int ember_open(const char *dir, const ember_options *opts, ember_db **out)
 		goto undo_db;
 	}
 	memcpy(db->dir, dir, dl + 1);
-	if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+	if (!db->readonly && mkdir(dir, 0755) != 0 && errno != EEXIST) {
 		rc = -errno;
 		goto undo_db;
 	}
 	rc = lock_dir(db);
 	if (rc < 0)
 		goto undo_db;
-	rc = super_step(db, 0);
+	struct store_geometry geo;
+	int recover = 0;
+	rc = super_step(db, 0, &geo, &recover);
 	if (rc < 0)
 		goto undo_lock;
+	rc = ckpt_init(db);
+	if (rc < 0)
+		goto undo_lock;
+	struct ckpt_meta m;
+	int found = 0;
+	if (recover) {
+		/* the store's geometry, whatever the options say */
+		db->opts.page_size = (uint32_t)geo.page_size;
+		db->opts.index_buckets = geo.index_buckets;
+		db->opts.cold_index_chunks = geo.cold_index_chunks;
+		db->opts.cold_chunk_bytes = (uint32_t)geo.cold_chunk_bytes;
+		rc = ckpt_find(db, &geo, &m, &found);
+		if (rc < 0)
+			goto undo_ckpt;
+	} else {
+		rc = remove_checkpoints(db);
+		if (rc < 0)
+			goto undo_ckpt;
+	}
 
 	struct layout lay;
-	rc = layout_resolve(&db->opts, &lay);
+	rc = layout_resolve(&db->opts, recover ? &geo : NULL, &lay);
 	if (rc < 0)
-		goto undo_lock;
+		goto undo_ckpt;
 	db->ep = em_alloc_aligned(64, sizeof(struct epoch));
 	if (!db->ep) {
 		rc = EMBER_ENOMEM;
-		goto undo_lock;
+		goto undo_ckpt;
 	}
 	epoch_init(db->ep);
 	rc = hi_init(&db->index, db->opts.index_buckets);
 	if (rc < 0)
 		goto undo_epoch;
-	rc = log_open(db, HOT_NAME, lay.hot_mem, db->opts.mutable_fraction, &db->hot_file, &db->hot);
+	rc = log_open(db, HOT_NAME, lay.hot_mem, db->opts.mutable_fraction,
+		      found ? m.hot_begin : 0, found ? m.hot_end : 0, &db->hot_file, &db->hot);
 	if (rc < 0)
 		goto undo_index;
 	/* the cold and chunk logs are appended to, never updated in place (chunks are
 	 * CAS'd in place only while mutable): keep their mutable regions small */
-	rc = log_open(db, COLD_NAME, lay.cold_mem, 0.25, &db->cold_file, &db->cold);
+	rc = log_open(db, COLD_NAME, lay.cold_mem, 0.25, found ? m.cold_begin : 0,
+		      found ? m.cold_end : 0, &db->cold_file, &db->cold);
 	if (rc < 0)
 		goto undo_hot;
-	rc = log_open(db, CHUNK_NAME, lay.chunk_mem, 0.5, &db->chunk_file, &db->chunks);
+	rc = log_open(db, CHUNK_NAME, lay.chunk_mem, 0.5, found ? m.chunk_begin : 0,
+		      found ? m.chunk_end : 0, &db->chunk_file, &db->chunks);
 	if (rc < 0)
 		goto undo_cold;
 	rc = ci_init(&db->cidx, db->opts.cold_index_chunks, db->opts.cold_chunk_bytes, db->chunks);
@@ -405,6 +537,11 @@ int ember_open(const char *dir, const ember_options *opts, ember_db **out)
 		rc = rc_open(db, db->opts.read_cache_memory);
 		if (rc < 0)
 			goto undo_cidx_only;
+	}
+	if (found) {
+		rc = ckpt_apply(db, &m);
+		if (rc < 0)
+			goto undo_rc;
 	}
 	db->max_record = db->hot->mem_size < db->cold->mem_size ? db->hot->mem_size / 2
 								 : db->cold->mem_size / 2;
@@ -416,7 +553,15 @@ int ember_open(const char *dir, const ember_options *opts, ember_db **out)
 	rc = compactor_start(db);
 	if (rc < 0)
 		goto undo_rc;
-	rc = super_step(db, 1);
+	if (!recover) {
+		struct store_geometry g = {db->opts.page_size, db->hot->mem_size, db->cold->mem_size,
+					   db->chunks->mem_size, db->index.nbuckets,
+					   db->cidx.nchunks, db->cidx.chunk_bytes};
+		rc = super_step(db, 1, &g, NULL);
+		if (rc < 0)
+			goto undo_compactor;
+	}
+	rc = ckpt_start(db);
 	if (rc < 0)
 		goto undo_compactor;
 	*out = db;
@@ -439,6 +584,8 @@ undo_index:
 	hi_destroy(&db->index);
 undo_epoch:
 	em_free(db->ep, sizeof(struct epoch));
+undo_ckpt:
+	ckpt_free(db);
 undo_lock:
 	close(db->lock_fd);
 undo_db:
@@ -457,6 +604,13 @@ int ember_close(ember_db *db)
 	pthread_mutex_unlock(&db->sess_mu);
 	if (open_sessions)
 		return EMBER_EBUSY;
+	ckpt_stop(db);
+	int rc = 0;
+	if (!db->readonly && ckpt_dirty(db)) {
+		rc = ckpt_take(db, NULL);
+		if (rc < 0)
+			db_report(db, "final checkpoint at close failed: %s", ember_strerror(rc));
+	}
 	compactor_stop(db);
 	db->magic = 0;
 	rc_close(db);
@@ -467,7 +621,8 @@ int ember_close(ember_db *db)
 	hi_destroy(&db->index);
 	epoch_finish(db->ep);
 	em_free(db->ep, sizeof(struct epoch));
+	ckpt_free(db);
 	close(db->lock_fd);
 	db_free(db);
-	return 0;
+	return rc;
 }

@@ -202,6 +202,8 @@ int ember_put(ember_session *s, const void *key, size_t klen, const void *val, s
 	int rc = op_check(s, key, klen);
 	if (rc < 0)
 		return rc;
+	if (s->db->readonly)
+		return EMBER_EREADONLY;
 	if (!val && vlen)
 		return EMBER_EINVAL;
 	rc = size_check(s, klen, vlen);
@@ -222,6 +224,8 @@ int ember_put_batch(ember_session *s, size_t n, const void *const keys[], const 
 	int rc = session_check(s);
 	if (rc < 0)
 		return rc;
+	if (s->db->readonly)
+		return EMBER_EREADONLY;
 	if (n == 0)
 		return 0;
 	if (!keys || !klens || !vals || !vlens || !status)
@@ -245,6 +249,8 @@ int ember_delete(ember_session *s, const void *key, size_t klen)
 	int rc = op_check(s, key, klen);
 	if (rc < 0)
 		return rc;
+	if (s->db->readonly)
+		return EMBER_EREADONLY;
 	return blind_write(s, key, (uint32_t)klen, NULL, 0, 1);
 }
 
@@ -373,6 +379,8 @@ int ember_rmw(ember_session *s, const void *key, size_t klen, ember_rmw_fn fn, v
 		return rc;
 	if (!fn)
 		return EMBER_EINVAL;
+	if (s->db->readonly)
+		return EMBER_EREADONLY;
 	struct ember_db *db = s->db;
 	struct hlog *hot = db->hot;
 	uint64_t hash = em_hash(key, klen);

@@ -126,6 +126,7 @@ struct ember_session {
 };
 
 struct compactor;
+struct ckpt;
 
 struct ember_db {
 	uint32_t magic;
@@ -152,6 +153,12 @@ struct ember_db {
 	pthread_mutex_t sess_mu;
 	struct ember_session *sessions; /* every session ever opened */
 	uint32_t open_sessions;
+	int readonly;     /* EMBER_OPEN_READONLY: no writes, compaction or checkpoints */
+	struct ckpt *ck;  /* checkpoints and recovery (checkpoint.c) */
+	ember_recovery_info recovery;
+	pthread_mutex_t err_mu; /* guards err_detail, has_err */
+	char err_detail[256];
+	int has_err;
 };
 
 /* Validate a session handle for a data call: EMBER_EINVAL or EMBER_ESTATE. */

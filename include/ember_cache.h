@@ -1,0 +1,276 @@
+/*
+ * ember_cache.h - Ember's embedding cache: a bounded set of embedding rows in memory,
+ * kept ahead of a trainer by an oracle that knows the trainer's future batches
+ * (Bagpipe's lookahead cache), backed by an Ember store.
+ *
+ * How a trainer uses it
+ * ---------------------
+ *   1. Open a store (ember_open) and a cache over it (ember_cache_open) naming the
+ *      tables (rows, dim), the capacity in rows, and the lookahead window.
+ *   2. Push future batches (ember_cache_push) as soon as the data loader has them,
+ *      up to `window` batches ahead of the one being trained.
+ *   3. For each batch, in push order: ember_cache_acquire() returns it once every
+ *      row it names is resident: a slot per lookup and a pointer to the slots'
+ *      memory. Read the rows, update them in place, ember_cache_release().
+ *   4. ember_cache_flush() writes every updated row back to the store (before a
+ *      checkpoint); ember_cache_close() flushes too.
+ *
+ * Behind the calls, one prefetcher thread per cache plans each pushed batch (which
+ * rows to admit, which to evict: the one whose next use in the window is farthest),
+ * writes evicted updated rows back to the store with ember_put_batch and reads the
+ * admitted rows with ember_get_batch (many reads in flight), while the trainer
+ * computes. Every read sees every earlier update: exactly as if the trainer read
+ * and wrote the store directly, in batch order. docs/cache.md has the design.
+ *
+ * Rows in the store
+ * -----------------
+ * Row `row` of table `t` is stored under the 8-byte key
+ * (uint64_t)t << 48 | row, little-endian (so tables < 65536 and rows < 2^48), and
+ * its value is `dim` elements in the table's storage format (fp32, or fp16 with
+ * EMBER_CACHE_STORE_FP16), little-endian. A row the store does not hold is
+ * initialised as ember_cache_options.init says (zero, or uniform random from a
+ * seed, the same for a given seed, table and row whenever it is first read).
+ *
+ * Objects and threads
+ * -------------------
+ *   ember_cache  One cache over one ember_db. It opens its own sessions on the db
+ *                (one for the prefetcher, one for flush/close) and holds them until
+ *                ember_cache_close(); close the cache before the db.
+ *                push, acquire, try_acquire, release, flush and close are the
+ *                trainer's calls: call them from one thread at a time (they may be
+ *                different threads, one after another, but never concurrently).
+ *                ember_cache_stats() may be called from any thread at any time.
+ *   ember_cache_view  What acquire returns: valid until the matching release.
+ *
+ * Return values: 0 or a negative EMBER_E* code (ember_strerror() explains it).
+ *
+ * Ownership: the library copies what the caller passes (batches, options, tables)
+ * and never keeps or frees a caller's buffer. The arrays a view points to belong to
+ * the cache and stay valid until ember_cache_release() of that view.
+ */
+#ifndef EMBER_CACHE_H
+#define EMBER_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ember.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Limits. */
+#define EMBER_CACHE_MAX_TABLES 65535u           /* tables per cache */
+#define EMBER_CACHE_MAX_ROWS (1ull << 48)       /* rows per table */
+#define EMBER_CACHE_MAX_DIM 65536u              /* elements per row */
+
+/* ember_cache_table.storage: how a row's elements are kept in the store. Slots
+ * always hold fp32. */
+enum {
+	EMBER_CACHE_STORE_FP32 = 0, /* default: 4 bytes per element */
+	EMBER_CACHE_STORE_FP16 = 1, /* IEEE half, 2 bytes per element (rounded to
+				       nearest even on write-back; values beyond the
+				       half range become +-inf) */
+};
+
+/* ember_cache_options.init: the value of a row the store does not hold. */
+enum {
+	EMBER_CACHE_INIT_ZERO = 0,    /* default: all elements 0 */
+	EMBER_CACHE_INIT_UNIFORM = 1, /* each element uniform in [-init_scale, init_scale),
+					 a function of (init_seed, table, row, element) */
+};
+
+/* ember_cache_options.slots: where the slots (the cached rows) live. */
+enum {
+	EMBER_CACHE_SLOTS_HOST = 0, /* default: host memory */
+	EMBER_CACHE_SLOTS_GPU = 1,  /* device memory through ember_gpu: not available
+				       yet, ember_cache_open returns EMBER_EINVAL */
+};
+
+/* One embedding table. */
+typedef struct ember_cache_table {
+	uint64_t rows;    /* required: row ids are 0 .. rows-1 (at most EMBER_CACHE_MAX_ROWS) */
+	uint32_t dim;     /* required: elements per row, 1 .. EMBER_CACHE_MAX_DIM */
+	uint32_t storage; /* EMBER_CACHE_STORE_*; 0: fp32 */
+} ember_cache_table;
+
+/*
+ * Options for ember_cache_open(). Zero the struct (or call
+ * ember_cache_options_default()) and set the required fields; every optional field
+ * left at zero takes its default.
+ */
+typedef struct ember_cache_options {
+	/* ---- required ---- */
+	const ember_cache_table *tables; /* ntables entries; copied */
+	uint32_t ntables;                /* 1 .. EMBER_CACHE_MAX_TABLES */
+
+	/* ---- optional ---- */
+
+	/* Rows the cache holds at most, over all tables together. One batch may not
+	 * name more distinct rows than this (push returns EMBER_ETOOBIG). Memory:
+	 * capacity x slot size (the largest row, fp32, rounded up to 16 bytes).
+	 * Default: 1% of all rows, at least 1024 (and at most all rows). */
+	uint64_t capacity;
+	/* Lookahead window: how many batches may be pushed and not yet released.
+	 * The oracle plans each batch knowing the batches pushed after it in the
+	 * window, so a longer window gives better evictions and costs the pushed
+	 * batches' memory. Default 100. */
+	uint32_t window;
+	/* How many batches ahead of the oldest unreleased one the prefetcher plans
+	 * and fetches. Planning later means knowing more of the future (the oracle
+	 * plans batch b when b is within prefetch_batches of the trainer, seeing
+	 * the batches pushed up to then); planning earlier means more time to fetch.
+	 * 1 .. window. Default: window / 4, at least 1, at most 8. */
+	uint32_t prefetch_batches;
+	/* Prefetch parallelism: keys per ember_get_batch / ember_put_batch call
+	 * (their disk reads are in flight together, up to the store's
+	 * io_queue_depth). Default 1024. */
+	uint32_t prefetch_depth;
+	/* Where slots live: EMBER_CACHE_SLOTS_*. Default host. */
+	uint32_t slots;
+	/* Rows absent from the store: EMBER_CACHE_INIT_*. Default zero. */
+	uint32_t init;
+	/* EMBER_CACHE_INIT_UNIFORM's bound. Default 0.01. Must be finite and >= 0. */
+	float init_scale;
+	/* EMBER_CACHE_INIT_UNIFORM's seed (0 is a seed like any other). */
+	uint64_t init_seed;
+} ember_cache_options;
+
+/* Fill *opts with zero (defaults) and no tables. opts must not be NULL. */
+void ember_cache_options_default(ember_cache_options *opts);
+
+typedef struct ember_cache ember_cache;
+
+/*
+ * Lookups of one table in a batch: rows[0..n-1] (duplicates allowed). A table may
+ * appear in several parts of one batch.
+ */
+typedef struct ember_cache_part {
+	uint32_t table;
+	uint32_t n;
+	const uint64_t *rows; /* may be NULL when n is 0 */
+} ember_cache_part;
+
+/* A batch: nparts parts (nparts may be 0: an empty batch). */
+typedef struct ember_cache_batch {
+	uint32_t nparts;
+	const ember_cache_part *parts;
+} ember_cache_batch;
+
+/* ember_cache_view.flags, set by the trainer before release. */
+#define EMBER_CACHE_VIEW_READONLY 0x1u /* the trainer did not change the batch's rows:
+					  release marks none of them dirty */
+
+/*
+ * An acquired batch. slots[p][i] is the slot of the i-th lookup of the batch's
+ * part p (in the order pushed); its row is the `dim` floats at
+ *     slot_memory + (size_t)slots[p][i] * slot_stride
+ * (ember_cache_row() computes it). Every lookup of the same (table, row) in the
+ * batch has the same slot. The trainer may read and write the rows of the batch
+ * in place until release; writing any other slot is undefined.
+ */
+typedef struct ember_cache_view {
+	uint64_t batch;               /* OUT: the batch's number (0 for the first pushed) */
+	uint32_t nparts;              /* OUT: as pushed */
+	const ember_cache_part *parts;/* OUT: the batch's parts (the cache's copy of the ids) */
+	const uint32_t *const *slots; /* OUT: slots[p][i] */
+	float *slot_memory;           /* OUT: slot 0's row (host memory) */
+	size_t slot_stride;           /* OUT: floats from one slot to the next */
+	uint32_t flags;               /* IN (before release): EMBER_CACHE_VIEW_* */
+	uint32_t reserved_;
+	void *internal_;              /* the cache's own; do not touch */
+} ember_cache_view;
+
+/* The row of lookup i of part p of an acquired view. */
+static inline float *ember_cache_row(const ember_cache_view *v, uint32_t p, uint32_t i)
+{
+	return v->slot_memory + (size_t)v->slots[p][i] * v->slot_stride;
+}
+
+/* A snapshot of a cache's counters (since open). */
+typedef struct ember_cache_stats {
+	uint64_t batches_pushed;
+	uint64_t batches_planned;
+	uint64_t batches_released;
+	uint64_t lookups;            /* ids pushed, duplicates included */
+	uint64_t unique_rows;        /* distinct (table, row) per batch, summed over batches */
+	uint64_t hits;               /* distinct rows of planned batches already resident */
+	uint64_t rows_fetched;       /* rows read into slots (misses) */
+	uint64_t rows_absent;        /* of those, rows the store did not hold (initialised) */
+	uint64_t rows_evicted;       /* rows whose slot was given to another row */
+	uint64_t rows_written_back;  /* dirty rows written to the store (evicted or flushed) */
+	uint64_t bytes_fetched;      /* value bytes read from the store */
+	uint64_t bytes_written_back; /* value bytes written to the store */
+	uint64_t wait_ns;            /* time the trainer spent blocked in acquire */
+	uint64_t prefetch_idle_ns;   /* time the prefetcher had nothing to do */
+	uint64_t prefetch_busy_ns;   /* time the prefetcher spent fetching and writing back */
+	uint64_t plan_ns;            /* time the oracle spent linking and planning batches */
+	uint64_t resident;           /* rows in slots now */
+	uint64_t capacity;           /* slots */
+} ember_cache_stats;
+
+/*
+ * Open a cache over db. On success *cache is set and the prefetcher thread runs;
+ * on failure *cache is left NULL. EMBER_EINVAL: NULL arguments, no tables, a table
+ * with rows or dim of 0 or out of range, an unknown storage/init/slots value,
+ * prefetch_batches > window, capacity > 2^32 - 2, or slots = GPU (not built yet).
+ * EMBER_ENOMEM: out of memory. Errors of ember_session_open pass through.
+ */
+int ember_cache_open(ember_db *db, const ember_cache_options *opts, ember_cache **cache);
+
+/*
+ * Write every dirty row back (as ember_cache_flush), stop the prefetcher and free
+ * everything. Batches pushed and not released are dropped (their updates, if
+ * acquired and not released, are lost). Returns 0, or the first error of the final
+ * write-back or of the prefetcher (the cache is freed either way). Accepts NULL.
+ */
+int ember_cache_close(ember_cache *cache);
+
+/*
+ * Hand over a future batch (copied). Never blocks on I/O.
+ * EMBER_EAGAIN: `window` batches are pushed and not released; release one first.
+ * EMBER_EINVAL: NULL cache or batch, parts NULL with nparts > 0, rows NULL with
+ *   n > 0, an unknown table, or a row id >= the table's rows. Nothing is pushed.
+ * EMBER_ETOOBIG: the batch names more distinct rows than the capacity.
+ * EMBER_ENOMEM, and EMBER_ESTATE after a prefetcher failure (see acquire).
+ */
+int ember_cache_push(ember_cache *cache, const ember_cache_batch *batch);
+
+/*
+ * Acquire the oldest pushed batch that is not yet acquired, waiting until every
+ * row it names is resident. At most one batch is acquired at a time.
+ * EMBER_EINVAL: NULL arguments. EMBER_ESTATE: a batch is already acquired, or no
+ * batch is pushed (nothing to wait for). A failure of the prefetcher (a store
+ * error while reading or writing back rows) is returned by this call and every
+ * later one (the cache is then only good for ember_cache_close).
+ */
+int ember_cache_acquire(ember_cache *cache, ember_cache_view *view);
+
+/* As ember_cache_acquire, but returns EMBER_EAGAIN instead of waiting. */
+int ember_cache_try_acquire(ember_cache *cache, ember_cache_view *view);
+
+/*
+ * Release the acquired batch: its rows become dirty (unless view->flags has
+ * EMBER_CACHE_VIEW_READONLY) and may be evicted as the plan says. EMBER_EINVAL:
+ * NULL arguments. EMBER_ESTATE: view is not the batch now acquired (never
+ * acquired, already released, or from another cache).
+ */
+int ember_cache_release(ember_cache *cache, ember_cache_view *view);
+
+/*
+ * Write every dirty row back to the store and wait until the writes are done, so
+ * that the store holds every update of every released batch (for a checkpoint).
+ * Rows stay resident and clean. EMBER_ESTATE: a batch is acquired (release it
+ * first), or the prefetcher failed earlier.
+ */
+int ember_cache_flush(ember_cache *cache);
+
+/* Fill *out (from any thread; figures may lag slightly). EMBER_EINVAL on NULL. */
+int ember_cache_stats_get(ember_cache *cache, ember_cache_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EMBER_CACHE_H */

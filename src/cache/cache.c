@@ -1,0 +1,876 @@
+/*
+ * cache.c - the embedding cache: pushed batches, the prefetcher thread, acquire
+ * and release, write-back and flush (include/ember_cache.h is the contract).
+ *
+ * Design notes
+ * ============
+ * Two threads touch a cache: the trainer (push, acquire, release, flush, close;
+ * one call at a time) and the cache's prefetcher thread. They share a mutex `mu`
+ * and five counters of batch numbers, each written by one side only:
+ *     released <= acquired <= resident <= planned <= linked <= pushed
+ * (pushed, acquired, released: trainer; linked, planned, resident: prefetcher;
+ * acquired and planned/linked are private to their writer, the others are read
+ * across under `mu`). Batches live in a ring of `window` entries, entry seq %
+ * window.
+ *
+ * A batch's states, and the call that moves it on:
+ *   free --push--> pushed --prefetcher: oracle_link--> linked
+ *        --prefetcher: oracle_plan (when seq < released + prefetch_batches)--> planned
+ *        --prefetcher: fetch_round, until all its admissions are done--> resident
+ *        --acquire--> acquired --release--> released (= free: the ring entry can
+ *        take batch seq + window)
+ *
+ * A slot's states (per slot: the plan's owner in the oracle, the physical owner
+ * owner[] and dirty[] here):
+ *   empty --fetch_round (admission into a never-used slot)--> clean
+ *   clean --release of a batch using it (not READONLY)--> dirty
+ *   dirty --flush (writeback_all) or fetch_round evicting it (write-back)--> clean
+ *   clean/dirty --fetch_round: admission of another row (after the write-back of
+ *   a dirty victim)--> clean with the new row
+ *
+ * Invariants:
+ *   C1. Never more rows than capacity: rows live only in the `capacity` slots.
+ *   C2. A batch is acquired only when resident: every one of its rows is in its
+ *       planned slot (fetch_round finishes batch f's admissions before f+1's,
+ *       and a row kept by the plan was fetched for an earlier, resident batch).
+ *   C3. A slot is refilled only after every batch that used its old row is
+ *       released: an admission waits until its victim's last use vlast <
+ *       released (the oracle never picks a victim from the batch it plans; I4).
+ *       So the trainer never sees a row change under an acquired batch, and the
+ *       prefetcher never reads a slot the trainer may be writing.
+ *   C4. A fetch of a row is ordered after the write-back of every earlier
+ *       eviction of that row: one thread (the prefetcher) does both; write-backs
+ *       of a round complete (ember_put_batch returns) before its reads start,
+ *       and a row evicted by batch f's admissions is admitted again only by a
+ *       later batch, whose rounds come after f's. Hence every read sees every
+ *       earlier update, in batch order.
+ *   C5. dirty[s] is written by release (trainer) only for slots of the batch it
+ *       releases, and by the prefetcher only for slots no unreleased batch uses
+ *       (C3) or during a flush (no batch acquired): never both at once.
+ *   C6. At most one batch is acquired at a time, so a blocked acquire never waits
+ *       on a release only its own caller could make.
+ */
+#include "ember_cache.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <time.h>
+
+#include "cache/oracle.h"
+#include "cache/slot_store.h"
+#include "core/alloc.h"
+
+#define KEY_LEN 8
+
+/* Dedupe state of the trainer's push, per row. */
+struct pstate {
+	uint32_t stamp; /* push attempt that last saw the row */
+	uint32_t pos;   /* its index in that batch's uniq[] */
+};
+
+struct cbatch {
+	uint32_t nparts, parts_cap;
+	ember_cache_part *parts;
+	const uint32_t **pslots; /* [nparts] into lslots */
+	size_t nids, ids_cap;
+	uint64_t *ids;    /* the lookups, copied */
+	uint32_t *luidx;  /* [nids] lookup -> uniq index */
+	uint32_t *lslots; /* [nids] lookup -> slot (planning fills it) */
+	uint32_t uniq_cap;
+	struct urow *uniq;
+	uint32_t *next, *uslot;
+	struct omiss *miss;
+	struct obatch ob;
+	uint32_t mdone; /* admissions done (prefetcher) */
+};
+
+struct ember_cache {
+	ember_db *db;
+	ember_session *sess; /* the prefetcher's; the closing thread's after the join */
+	uint32_t ntables;
+	ember_cache_table *tables;
+	uint64_t capacity;
+	uint32_t window, pf_batches, depth;
+	uint32_t init;
+	float init_scale;
+	uint64_t init_seed;
+	size_t max_row_bytes;
+	struct slot_store ss;
+	struct oracle *oracle;
+	struct cbatch *ring;
+	struct pstate **pst; /* trainer only */
+	uint32_t pstamp;
+	uint8_t *dirty;      /* [capacity] C5 */
+	struct urow *owner;  /* [capacity] physical owner (prefetcher) */
+
+	/* prefetcher I/O buffers, `depth` entries each */
+	uint8_t *kbuf;
+	const void **kptr;
+	size_t *klen, *vcap, *vlen;
+	void **vptr;
+	int *st;
+	uint8_t *stage;
+	struct slot_move *mv;
+
+	pthread_mutex_t mu;
+	pthread_cond_t pf_cv; /* wakes the prefetcher: push, release, flush, stop */
+	pthread_cond_t tr_cv; /* wakes the trainer: resident, flush done, failure */
+	pthread_t thread;
+	int thread_started;
+	/* shared under mu */
+	uint32_t pushed, resident, released;
+	int stop, flush_req, flush_rc, failed;
+	uint64_t flush_gen;
+	/* trainer only */
+	uint32_t acquired;
+	int holding;
+	/* prefetcher only */
+	uint32_t linked, planned;
+
+	/* statistics: relaxed atomics, each counter on its own (snapshots may lag) */
+	_Atomic uint64_t st_pushed, st_planned, st_released, st_lookups, st_unique, st_hits,
+		st_fetched, st_absent, st_evicted, st_wb, st_bytes_fetched, st_bytes_wb,
+		st_wait_ns, st_idle_ns, st_busy_ns, st_plan_ns, st_resident;
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* statistics are independent counters: relaxed ordering is enough */
+static inline void stat_add(_Atomic uint64_t *c, uint64_t v)
+{
+	atomic_fetch_add_explicit(c, v, memory_order_relaxed);
+}
+
+static inline void key_encode(uint8_t *k, uint32_t table, uint64_t row)
+{
+	uint64_t v = (uint64_t)table << 48 | row;
+	for (int i = 0; i < KEY_LEN; i++)
+		k[i] = (uint8_t)(v >> (8 * i));
+}
+
+static inline uint64_t mix64(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* The value of a row the store does not hold, in the store's format. */
+static void init_row(const struct ember_cache *c, uint32_t table, uint64_t row, void *buf)
+{
+	const ember_cache_table *t = &c->tables[table];
+	if (c->init == EMBER_CACHE_INIT_ZERO) {
+		memset(buf, 0, slot_row_bytes(t->dim, t->storage));
+		return;
+	}
+	uint64_t base = mix64(c->init_seed + 0x9e3779b97f4a7c15ull) ^
+			mix64(((uint64_t)table << 48 | row) + 0x632be59bd9b4e019ull);
+	for (uint32_t j = 0; j < t->dim; j++) {
+		uint64_t h = mix64(base + (uint64_t)j * 0x9e3779b97f4a7c15ull);
+		float u = (float)(h >> 40) * (1.0f / 16777216.0f); /* [0, 1) */
+		float v = (2.0f * u - 1.0f) * c->init_scale;
+		if (t->storage == EMBER_CACHE_STORE_FP16)
+			((uint16_t *)buf)[j] = slot_f32_to_f16(v);
+		else
+			memcpy((uint8_t *)buf + 4 * (size_t)j, &v, 4);
+	}
+}
+
+/* ---- write-back and fetch (the prefetcher, or the closing thread) ------------------ */
+
+/* Write n rows (slots sl[], owners ow[]) to the store; clears their dirty flags. */
+static int write_rows(struct ember_cache *c, size_t n, const uint32_t *sl, const struct urow *ow)
+{
+	if (n == 0)
+		return 0;
+	uint64_t bytes = 0;
+	for (size_t i = 0; i < n; i++) {
+		const ember_cache_table *t = &c->tables[ow[i].table];
+		key_encode(c->kbuf + i * KEY_LEN, ow[i].table, ow[i].row);
+		c->kptr[i] = c->kbuf + i * KEY_LEN;
+		c->klen[i] = KEY_LEN;
+		c->vptr[i] = c->stage + i * c->max_row_bytes;
+		c->vlen[i] = slot_row_bytes(t->dim, t->storage);
+		bytes += c->vlen[i];
+		c->mv[i] = (struct slot_move){.slot = sl[i], .dim = t->dim, .storage = t->storage,
+					      .buf = c->vptr[i]};
+		c->dirty[sl[i]] = 0;
+	}
+	slot_store_read(&c->ss, n, c->mv);
+	int rc = ember_put_batch(c->sess, n, c->kptr, c->klen, (const void *const *)c->vptr,
+				 c->vlen, c->st);
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		if (c->st[i] < 0)
+			rc = c->st[i];
+	if (rc == 0) {
+		stat_add(&c->st_wb, n);
+		stat_add(&c->st_bytes_wb, bytes);
+	}
+	return rc;
+}
+
+/* Every dirty slot to the store (flush, close). No batch may be acquired. */
+static int writeback_all(struct ember_cache *c)
+{
+	uint32_t sl[256];
+	struct urow ow[256];
+	size_t chunk = c->depth < 256 ? c->depth : 256, n = 0;
+	for (uint64_t s = 0; s < c->capacity; s++) {
+		if (!c->dirty[s])
+			continue;
+		sl[n] = (uint32_t)s;
+		ow[n] = c->owner[s];
+		if (++n == chunk) {
+			int rc = write_rows(c, n, sl, ow);
+			if (rc < 0)
+				return rc;
+			n = 0;
+		}
+	}
+	return write_rows(c, n, sl, ow);
+}
+
+/*
+ * One round of batch f's admissions: up to `depth` whose victims no unreleased
+ * batch uses (C3), dirty victims written back first (C4), then the rows read.
+ * Returns the number done (0: none ready), or an error.
+ */
+static int fetch_round(struct ember_cache *c, struct cbatch *b, uint32_t released)
+{
+	struct obatch *ob = &b->ob;
+	uint32_t n = 0;
+	for (uint32_t i = b->mdone; i < ob->nmiss && n < c->depth; i++) {
+		struct omiss *m = &ob->miss[i];
+		if (m->vlast != ORACLE_NONE && m->vlast >= released)
+			continue;
+		struct omiss tmp = ob->miss[b->mdone + n];
+		ob->miss[b->mdone + n] = *m;
+		*m = tmp;
+		n++;
+	}
+	if (n == 0)
+		return 0;
+	struct omiss *ms = ob->miss + b->mdone;
+
+	/* evictions: dirty victims go back to the store before any read (C4) */
+	uint32_t wsl[64];
+	struct urow wow[64];
+	size_t nw = 0, nev = 0, wchunk = c->depth < 64 ? c->depth : 64;
+	for (uint32_t j = 0; j < n; j++) {
+		uint32_t s = ms[j].slot;
+		if (ms[j].vlast == ORACLE_NONE)
+			continue;
+		nev++;
+		if (!c->dirty[s])
+			continue;
+		wsl[nw] = s;
+		wow[nw] = c->owner[s]; /* == (vtable, vrow): it was fetched for vlast or before */
+		if (++nw == wchunk) {
+			int rc = write_rows(c, nw, wsl, wow);
+			if (rc < 0)
+				return rc;
+			nw = 0;
+		}
+	}
+	int rc = write_rows(c, nw, wsl, wow);
+	if (rc < 0)
+		return rc;
+	stat_add(&c->st_evicted, nev);
+
+	/* admissions: many reads in flight in one ember_get_batch */
+	uint64_t bytes = 0, absent = 0, first = 0;
+	for (uint32_t j = 0; j < n; j++) {
+		const struct urow *u = &ob->uniq[ms[j].uidx];
+		const ember_cache_table *t = &c->tables[u->table];
+		key_encode(c->kbuf + (size_t)j * KEY_LEN, u->table, u->row);
+		c->kptr[j] = c->kbuf + (size_t)j * KEY_LEN;
+		c->klen[j] = KEY_LEN;
+		c->vptr[j] = c->stage + (size_t)j * c->max_row_bytes;
+		c->vcap[j] = slot_row_bytes(t->dim, t->storage);
+	}
+	rc = ember_get_batch(c->sess, n, c->kptr, c->klen, c->vptr, c->vcap, c->vlen, c->st);
+	if (rc < 0)
+		return rc;
+	for (uint32_t j = 0; j < n; j++) {
+		const struct urow *u = &ob->uniq[ms[j].uidx];
+		const ember_cache_table *t = &c->tables[u->table];
+		if (c->st[j] == EMBER_ENOTFOUND) {
+			init_row(c, u->table, u->row, c->vptr[j]);
+			absent++;
+		} else if (c->st[j] < 0) {
+			return c->st[j];
+		} else if (c->vlen[j] != c->vcap[j]) {
+			return EMBER_ECORRUPT; /* a value of another size under a row's key */
+		} else {
+			bytes += c->vlen[j];
+		}
+		c->mv[j] = (struct slot_move){.slot = ms[j].slot, .dim = t->dim,
+					      .storage = t->storage, .buf = c->vptr[j]};
+		if (c->owner[ms[j].slot].table == ORACLE_NONE)
+			first++;
+		c->owner[ms[j].slot] = *u;
+		c->dirty[ms[j].slot] = 0;
+	}
+	slot_store_write(&c->ss, n, c->mv);
+	b->mdone += n;
+	stat_add(&c->st_fetched, n);
+	stat_add(&c->st_absent, absent);
+	stat_add(&c->st_bytes_fetched, bytes);
+	stat_add(&c->st_resident, first);
+	return (int)n;
+}
+
+/* Plan batch `planned`: the oracle, then every lookup's slot. */
+static void plan_one(struct ember_cache *c)
+{
+	struct cbatch *b = &c->ring[c->planned % c->window];
+	oracle_plan(c->oracle, &b->ob);
+	for (size_t i = 0; i < b->nids; i++)
+		b->lslots[i] = b->uslot[b->luidx[i]];
+	b->mdone = 0;
+	stat_add(&c->st_hits, b->ob.nuniq - b->ob.nmiss);
+	stat_add(&c->st_planned, 1);
+	c->planned++;
+}
+
+static void *prefetcher_main(void *arg)
+{
+	struct ember_cache *c = arg;
+	pthread_mutex_lock(&c->mu);
+	for (;;) {
+		if (c->stop)
+			break;
+		if (c->flush_req) {
+			pthread_mutex_unlock(&c->mu);
+			uint64_t t0 = now_ns();
+			int rc = writeback_all(c);
+			stat_add(&c->st_busy_ns, now_ns() - t0);
+			pthread_mutex_lock(&c->mu);
+			c->flush_req = 0;
+			c->flush_rc = rc;
+			c->flush_gen++;
+			if (rc < 0 && !c->failed)
+				c->failed = rc;
+			pthread_cond_broadcast(&c->tr_cv);
+			continue;
+		}
+		uint32_t pushed = c->pushed, released = c->released;
+		if (c->failed)
+			goto idle;
+		if (c->linked < pushed) {
+			pthread_mutex_unlock(&c->mu);
+			uint64_t t0 = now_ns();
+			for (; c->linked < pushed; c->linked++)
+				oracle_link(c->oracle, &c->ring[c->linked % c->window].ob);
+			stat_add(&c->st_plan_ns, now_ns() - t0);
+			pthread_mutex_lock(&c->mu);
+			continue;
+		}
+		if (c->planned < c->linked && c->planned < released + c->pf_batches) {
+			pthread_mutex_unlock(&c->mu);
+			uint64_t t0 = now_ns();
+			plan_one(c);
+			stat_add(&c->st_plan_ns, now_ns() - t0);
+			pthread_mutex_lock(&c->mu);
+			continue;
+		}
+		if (c->resident < c->planned) {
+			struct cbatch *b = &c->ring[c->resident % c->window];
+			pthread_mutex_unlock(&c->mu);
+			uint64_t t0 = now_ns();
+			int rc = b->mdone < b->ob.nmiss ? fetch_round(c, b, released) : 0;
+			stat_add(&c->st_busy_ns, now_ns() - t0);
+			pthread_mutex_lock(&c->mu);
+			if (rc < 0) {
+				c->failed = rc;
+				pthread_cond_broadcast(&c->tr_cv);
+				continue;
+			}
+			if (b->mdone == b->ob.nmiss) {
+				c->resident++; /* C2: all of its rows are in their slots */
+				pthread_cond_broadcast(&c->tr_cv);
+				continue;
+			}
+			if (rc > 0)
+				continue;
+		}
+	idle:
+		/* nothing to do until a push, a release, a flush or stop (re-check what
+		 * changed while the lock was dropped) */
+		if (c->pushed != pushed || c->released != released)
+			continue;
+		uint64_t t0 = now_ns();
+		pthread_cond_wait(&c->pf_cv, &c->mu);
+		stat_add(&c->st_idle_ns, now_ns() - t0);
+	}
+	pthread_mutex_unlock(&c->mu);
+	return NULL;
+}
+
+/* ---- open, close ------------------------------------------------------------------- */
+
+void ember_cache_options_default(ember_cache_options *opts)
+{
+	if (opts)
+		memset(opts, 0, sizeof(*opts));
+}
+
+static void batch_free(struct cbatch *b)
+{
+	em_free(b->parts, 0);
+	em_free(b->pslots, 0);
+	em_free(b->ids, 0);
+	em_free(b->luidx, 0);
+	em_free(b->lslots, 0);
+	em_free(b->uniq, 0);
+	em_free(b->next, 0);
+	em_free(b->uslot, 0);
+	em_free(b->miss, 0);
+}
+
+static void cache_free(struct ember_cache *c)
+{
+	if (c->ring)
+		for (uint32_t i = 0; i < c->window; i++)
+			batch_free(&c->ring[i]);
+	em_free(c->ring, 0);
+	if (c->pst)
+		for (uint32_t t = 0; t < c->ntables; t++)
+			em_free(c->pst[t], 0);
+	em_free(c->pst, 0);
+	oracle_destroy(c->oracle);
+	slot_store_close(&c->ss);
+	em_free(c->dirty, 0);
+	em_free(c->owner, 0);
+	em_free(c->kbuf, 0);
+	em_free(c->kptr, 0);
+	em_free(c->klen, 0);
+	em_free(c->vcap, 0);
+	em_free(c->vlen, 0);
+	em_free(c->vptr, 0);
+	em_free(c->st, 0);
+	em_free(c->stage, 0);
+	em_free(c->mv, 0);
+	em_free(c->tables, 0);
+	em_free(c, sizeof(*c));
+}
+
+static int check_options(const ember_cache_options *o, uint64_t *total_rows, uint32_t *max_dim)
+{
+	if (!o->tables || o->ntables == 0 || o->ntables > EMBER_CACHE_MAX_TABLES)
+		return EMBER_EINVAL;
+	*total_rows = 0;
+	*max_dim = 0;
+	for (uint32_t t = 0; t < o->ntables; t++) {
+		const ember_cache_table *tb = &o->tables[t];
+		if (tb->rows == 0 || tb->rows > EMBER_CACHE_MAX_ROWS || tb->dim == 0 ||
+		    tb->dim > EMBER_CACHE_MAX_DIM || tb->storage > EMBER_CACHE_STORE_FP16)
+			return EMBER_EINVAL;
+		*total_rows += tb->rows;
+		if (tb->dim > *max_dim)
+			*max_dim = tb->dim;
+	}
+	if (o->init > EMBER_CACHE_INIT_UNIFORM || o->slots > EMBER_CACHE_SLOTS_GPU ||
+	    !isfinite(o->init_scale) || o->init_scale < 0 || o->capacity > ORACLE_MAX_BATCHES ||
+	    (o->window && o->prefetch_batches > o->window) ||
+	    (!o->window && o->prefetch_batches > 100))
+		return EMBER_EINVAL;
+	if (o->slots == EMBER_CACHE_SLOTS_GPU)
+		return EMBER_EINVAL; /* device slots come with ember_gpu */
+	return 0;
+}
+
+int ember_cache_open(ember_db *db, const ember_cache_options *opts, ember_cache **cache)
+{
+	if (!cache)
+		return EMBER_EINVAL;
+	*cache = NULL;
+	if (!db || !opts)
+		return EMBER_EINVAL;
+	uint64_t total_rows;
+	uint32_t max_dim;
+	int rc = check_options(opts, &total_rows, &max_dim);
+	if (rc < 0)
+		return rc;
+	struct ember_cache *c = em_zalloc(sizeof(*c));
+	if (!c)
+		return EMBER_ENOMEM;
+	rc = EMBER_ENOMEM;
+	c->db = db;
+	c->ntables = opts->ntables;
+	c->window = opts->window ? opts->window : 100;
+	c->pf_batches = opts->prefetch_batches;
+	if (!c->pf_batches) {
+		c->pf_batches = c->window / 4;
+		c->pf_batches = c->pf_batches < 1 ? 1 : c->pf_batches > 8 ? 8 : c->pf_batches;
+	}
+	c->depth = opts->prefetch_depth ? opts->prefetch_depth : 1024;
+	c->capacity = opts->capacity;
+	if (!c->capacity) {
+		c->capacity = total_rows / 100;
+		if (c->capacity < 1024)
+			c->capacity = 1024;
+	}
+	if (c->capacity > total_rows)
+		c->capacity = total_rows;
+	if (c->capacity > ORACLE_MAX_BATCHES) {
+		rc = EMBER_EINVAL;
+		goto undo_cache;
+	}
+	c->init = opts->init;
+	c->init_scale = opts->init_scale != 0 ? opts->init_scale : 0.01f;
+	c->init_seed = opts->init_seed;
+	c->tables = em_alloc(c->ntables * sizeof(*c->tables));
+	if (!c->tables)
+		goto undo_cache;
+	memcpy(c->tables, opts->tables, c->ntables * sizeof(*c->tables));
+	c->max_row_bytes = (size_t)max_dim * 4;
+
+	uint64_t *rows = em_alloc(c->ntables * sizeof(uint64_t));
+	if (!rows)
+		goto undo_cache;
+	for (uint32_t t = 0; t < c->ntables; t++)
+		rows[t] = c->tables[t].rows;
+	rc = oracle_create(&c->oracle, c->ntables, rows, c->capacity, c->window);
+	em_free(rows, 0);
+	if (rc < 0)
+		goto undo_cache;
+	rc = slot_store_open(&c->ss, opts->slots, (uint32_t)c->capacity, max_dim);
+	if (rc < 0)
+		goto undo_cache;
+	rc = EMBER_ENOMEM;
+	c->ring = em_zalloc(c->window * sizeof(*c->ring));
+	c->pst = em_zalloc(c->ntables * sizeof(*c->pst));
+	c->dirty = em_zalloc(c->capacity);
+	c->owner = em_alloc(c->capacity * sizeof(*c->owner));
+	size_t d = c->depth;
+	c->kbuf = em_alloc(d * KEY_LEN);
+	c->kptr = em_alloc(d * sizeof(*c->kptr));
+	c->klen = em_alloc(d * sizeof(size_t));
+	c->vcap = em_alloc(d * sizeof(size_t));
+	c->vlen = em_alloc(d * sizeof(size_t));
+	c->vptr = em_alloc(d * sizeof(void *));
+	c->st = em_alloc(d * sizeof(int));
+	c->stage = em_alloc(d * c->max_row_bytes);
+	c->mv = em_alloc(d * sizeof(*c->mv));
+	if (!c->ring || !c->pst || !c->dirty || !c->owner || !c->kbuf || !c->kptr || !c->klen ||
+	    !c->vcap || !c->vlen || !c->vptr || !c->st || !c->stage || !c->mv)
+		goto undo_cache;
+	for (uint64_t s = 0; s < c->capacity; s++)
+		c->owner[s] = (struct urow){.table = ORACLE_NONE};
+	for (uint32_t t = 0; t < c->ntables; t++) {
+		/* zeroed and mapped lazily: rows never pushed cost no memory */
+		c->pst[t] = em_zalloc(c->tables[t].rows * sizeof(struct pstate));
+		if (!c->pst[t])
+			goto undo_cache;
+	}
+	atomic_store_explicit(&c->st_resident, 0, memory_order_relaxed); /* before the thread */
+	rc = ember_session_open(db, &c->sess);
+	if (rc < 0)
+		goto undo_cache;
+	if (pthread_mutex_init(&c->mu, NULL) != 0) {
+		rc = EMBER_ENOMEM;
+		goto undo_session;
+	}
+	if (pthread_cond_init(&c->pf_cv, NULL) != 0) {
+		rc = EMBER_ENOMEM;
+		goto undo_mutex;
+	}
+	if (pthread_cond_init(&c->tr_cv, NULL) != 0) {
+		rc = EMBER_ENOMEM;
+		goto undo_pf_cv;
+	}
+	if (pthread_create(&c->thread, NULL, prefetcher_main, c) != 0) {
+		rc = EMBER_ENOMEM;
+		goto undo_tr_cv;
+	}
+	c->thread_started = 1;
+	*cache = c;
+	return 0;
+
+undo_tr_cv:
+	pthread_cond_destroy(&c->tr_cv);
+undo_pf_cv:
+	pthread_cond_destroy(&c->pf_cv);
+undo_mutex:
+	pthread_mutex_destroy(&c->mu);
+undo_session:
+	ember_session_close(c->sess);
+undo_cache:
+	cache_free(c);
+	return rc;
+}
+
+int ember_cache_close(ember_cache *c)
+{
+	if (!c)
+		return 0;
+	pthread_mutex_lock(&c->mu);
+	c->stop = 1;
+	pthread_cond_signal(&c->pf_cv);
+	pthread_mutex_unlock(&c->mu);
+	pthread_join(c->thread, NULL);
+	/* the prefetcher is gone: its session and the slots are this thread's now */
+	int rc = writeback_all(c);
+	if (c->failed && rc == 0)
+		rc = c->failed;
+	int rc2 = ember_session_close(c->sess);
+	if (rc == 0)
+		rc = rc2;
+	pthread_cond_destroy(&c->tr_cv);
+	pthread_cond_destroy(&c->pf_cv);
+	pthread_mutex_destroy(&c->mu);
+	cache_free(c);
+	return rc;
+}
+
+/* ---- the trainer's calls ----------------------------------------------------------- */
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+	if (need <= *cap)
+		return 0;
+	size_t n = *cap ? *cap : 64;
+	while (n < need)
+		n *= 2;
+	void *q = em_alloc(n * elem);
+	if (!q)
+		return EMBER_ENOMEM;
+	em_free(*p, 0);
+	*p = q;
+	*cap = n;
+	return 0;
+}
+
+/* Make room in b for nparts parts, nids lookups and nu distinct rows. */
+static int batch_reserve(struct cbatch *b, uint32_t nparts, size_t nids, size_t nu)
+{
+	size_t pc = b->parts_cap, ic = b->ids_cap, uc = b->uniq_cap;
+	if (nparts > pc) {
+		size_t c2 = pc;
+		if (grow((void **)&b->parts, &pc, nparts, sizeof(*b->parts)) < 0 ||
+		    grow((void **)&b->pslots, &c2, nparts, sizeof(*b->pslots)) < 0)
+			return EMBER_ENOMEM;
+		b->parts_cap = (uint32_t)(pc < c2 ? pc : c2);
+	}
+	if (nids > ic) {
+		size_t c2 = ic, c3 = ic;
+		if (grow((void **)&b->ids, &ic, nids, sizeof(uint64_t)) < 0 ||
+		    grow((void **)&b->luidx, &c2, nids, sizeof(uint32_t)) < 0 ||
+		    grow((void **)&b->lslots, &c3, nids, sizeof(uint32_t)) < 0)
+			return EMBER_ENOMEM;
+		b->ids_cap = ic < c2 ? (ic < c3 ? ic : c3) : (c2 < c3 ? c2 : c3);
+	}
+	if (nu > uc) {
+		size_t c1 = uc, c2 = uc, c3 = uc, c4 = uc;
+		if (grow((void **)&b->uniq, &c1, nu, sizeof(struct urow)) < 0 ||
+		    grow((void **)&b->next, &c2, nu, sizeof(uint32_t)) < 0 ||
+		    grow((void **)&b->uslot, &c3, nu, sizeof(uint32_t)) < 0 ||
+		    grow((void **)&b->miss, &c4, nu, sizeof(struct omiss)) < 0)
+			return EMBER_ENOMEM;
+		size_t m = c1;
+		m = c2 < m ? c2 : m;
+		m = c3 < m ? c3 : m;
+		m = c4 < m ? c4 : m;
+		b->uniq_cap = (uint32_t)(m > UINT32_MAX ? UINT32_MAX : m);
+	}
+	return 0;
+}
+
+int ember_cache_push(ember_cache *c, const ember_cache_batch *batch)
+{
+	if (!c || !batch || (batch->nparts && !batch->parts))
+		return EMBER_EINVAL;
+	size_t nids = 0;
+	for (uint32_t p = 0; p < batch->nparts; p++) {
+		const ember_cache_part *pt = &batch->parts[p];
+		if (pt->table >= c->ntables || (pt->n && !pt->rows))
+			return EMBER_EINVAL;
+		nids += pt->n;
+	}
+	pthread_mutex_lock(&c->mu);
+	int rc = c->failed ? EMBER_ESTATE
+		 : c->pushed - c->released >= c->window ? EMBER_EAGAIN
+		 : c->pushed >= ORACLE_MAX_BATCHES     ? EMBER_ENOSPC
+						       : 0;
+	uint32_t seq = c->pushed;
+	pthread_mutex_unlock(&c->mu);
+	if (rc < 0)
+		return rc;
+	/* entry seq % window held batch seq - window, released: the trainer's now */
+	struct cbatch *b = &c->ring[seq % c->window];
+	size_t nu_max = nids < c->capacity ? nids : c->capacity;
+	rc = batch_reserve(b, batch->nparts, nids, nu_max);
+	if (rc < 0)
+		return rc;
+	if (++c->pstamp == UINT32_MAX) { /* stamps wrap: forget them all */
+		for (uint32_t t = 0; t < c->ntables; t++)
+			memset(c->pst[t], 0, c->tables[t].rows * sizeof(struct pstate));
+		c->pstamp = 1;
+	}
+	uint32_t stamp = c->pstamp, nu = 0;
+	size_t at = 0;
+	for (uint32_t p = 0; p < batch->nparts; p++) {
+		const ember_cache_part *pt = &batch->parts[p];
+		uint64_t rows = c->tables[pt->table].rows;
+		struct pstate *ps = c->pst[pt->table];
+		b->parts[p] = (ember_cache_part){.table = pt->table, .n = pt->n, .rows = b->ids + at};
+		b->pslots[p] = b->lslots + at;
+		for (uint32_t i = 0; i < pt->n; i++, at++) {
+			uint64_t r = pt->rows[i];
+			if (r >= rows)
+				return EMBER_EINVAL;
+			b->ids[at] = r;
+			if (ps[r].stamp != stamp) {
+				if (nu == nu_max)
+					return EMBER_ETOOBIG; /* more distinct rows than capacity */
+				ps[r].stamp = stamp;
+				ps[r].pos = nu;
+				b->uniq[nu++] = (struct urow){.table = pt->table, .row = r};
+			}
+			b->luidx[at] = ps[r].pos;
+		}
+	}
+	b->nparts = batch->nparts;
+	b->nids = nids;
+	b->ob = (struct obatch){.seq = seq, .nuniq = nu, .uniq = b->uniq, .next = b->next,
+				.slot = b->uslot, .miss = b->miss};
+	b->mdone = 0;
+	stat_add(&c->st_pushed, 1);
+	stat_add(&c->st_lookups, nids);
+	stat_add(&c->st_unique, nu);
+	pthread_mutex_lock(&c->mu);
+	c->pushed = seq + 1; /* publishes b to the prefetcher (mu) */
+	pthread_cond_signal(&c->pf_cv);
+	pthread_mutex_unlock(&c->mu);
+	return 0;
+}
+
+static int acquire(ember_cache *c, ember_cache_view *v, int wait)
+{
+	if (!c || !v)
+		return EMBER_EINVAL;
+	if (c->holding)
+		return EMBER_ESTATE; /* C6 */
+	pthread_mutex_lock(&c->mu);
+	int rc = 0;
+	if (c->acquired == c->pushed) {
+		rc = c->failed ? c->failed : EMBER_ESTATE;
+		goto out;
+	}
+	if (c->resident <= c->acquired && !c->failed) {
+		if (!wait) {
+			rc = EMBER_EAGAIN;
+			goto out;
+		}
+		uint64_t t0 = now_ns();
+		while (c->resident <= c->acquired && !c->failed)
+			pthread_cond_wait(&c->tr_cv, &c->mu);
+		stat_add(&c->st_wait_ns, now_ns() - t0);
+	}
+	if (c->failed) {
+		rc = c->failed;
+		goto out;
+	}
+	struct cbatch *b = &c->ring[c->acquired % c->window];
+	v->batch = c->acquired;
+	v->nparts = b->nparts;
+	v->parts = b->parts;
+	v->slots = b->pslots;
+	v->slot_memory = slot_store_base(&c->ss);
+	v->slot_stride = c->ss.stride;
+	v->flags = 0;
+	v->reserved_ = 0;
+	v->internal_ = b;
+	c->acquired++;
+	c->holding = 1;
+out:
+	pthread_mutex_unlock(&c->mu);
+	return rc;
+}
+
+int ember_cache_acquire(ember_cache *c, ember_cache_view *v)
+{
+	return acquire(c, v, 1);
+}
+
+int ember_cache_try_acquire(ember_cache *c, ember_cache_view *v)
+{
+	return acquire(c, v, 0);
+}
+
+int ember_cache_release(ember_cache *c, ember_cache_view *v)
+{
+	if (!c || !v)
+		return EMBER_EINVAL;
+	if (!c->holding || v->batch != (uint64_t)c->acquired - 1 ||
+	    v->internal_ != &c->ring[(c->acquired - 1) % c->window])
+		return EMBER_ESTATE;
+	struct cbatch *b = v->internal_;
+	if (!(v->flags & EMBER_CACHE_VIEW_READONLY))
+		for (uint32_t k = 0; k < b->ob.nuniq; k++)
+			c->dirty[b->uslot[k]] = 1; /* C5 */
+	c->holding = 0;
+	v->internal_ = NULL;
+	stat_add(&c->st_released, 1);
+	pthread_mutex_lock(&c->mu);
+	c->released++; /* publishes the dirty flags to the prefetcher (mu) */
+	pthread_cond_signal(&c->pf_cv);
+	pthread_mutex_unlock(&c->mu);
+	return 0;
+}
+
+int ember_cache_flush(ember_cache *c)
+{
+	if (!c)
+		return EMBER_EINVAL;
+	if (c->holding)
+		return EMBER_ESTATE;
+	pthread_mutex_lock(&c->mu);
+	int rc = c->failed ? EMBER_ESTATE : 0;
+	if (rc == 0) {
+		uint64_t gen = c->flush_gen;
+		c->flush_req = 1;
+		pthread_cond_signal(&c->pf_cv);
+		while (c->flush_gen == gen)
+			pthread_cond_wait(&c->tr_cv, &c->mu);
+		rc = c->flush_rc;
+	}
+	pthread_mutex_unlock(&c->mu);
+	return rc;
+}
+
+int ember_cache_stats_get(ember_cache *c, ember_cache_stats *out)
+{
+	if (!c || !out)
+		return EMBER_EINVAL;
+#define LD(x) atomic_load_explicit(&c->x, memory_order_relaxed)
+	out->batches_pushed = LD(st_pushed);
+	out->batches_planned = LD(st_planned);
+	out->batches_released = LD(st_released);
+	out->lookups = LD(st_lookups);
+	out->unique_rows = LD(st_unique);
+	out->hits = LD(st_hits);
+	out->rows_fetched = LD(st_fetched);
+	out->rows_absent = LD(st_absent);
+	out->rows_evicted = LD(st_evicted);
+	out->rows_written_back = LD(st_wb);
+	out->bytes_fetched = LD(st_bytes_fetched);
+	out->bytes_written_back = LD(st_bytes_wb);
+	out->wait_ns = LD(st_wait_ns);
+	out->prefetch_idle_ns = LD(st_idle_ns);
+	out->prefetch_busy_ns = LD(st_busy_ns);
+	out->plan_ns = LD(st_plan_ns);
+	out->resident = LD(st_resident);
+#undef LD
+	out->capacity = c->capacity;
+	return 0;
+}

@@ -1,0 +1,373 @@
+/*
+ * oracle.c - the embedding cache's plan: Belady's rule over a lookahead window.
+ *
+ * Design notes
+ * ============
+ * Batches are numbered in push order. For every batch the plan says which slot
+ * each of its distinct rows occupies while the batch is trained, and, for each row
+ * not already in a slot (a miss), which row it displaces. The rule is Belady's:
+ * evict the row whose next use is farthest away, a row with no known next use
+ * counting as infinitely far (ties among those: least recently used first). The
+ * oracle knows a row's next use only within the batches linked so far (the
+ * window); with a window as long as the whole trace, the plan is Belady's MIN.
+ *
+ * Why a row's next use is cheap to know. Linking batch q (oracle_link) walks q's
+ * distinct rows once. Each row remembers its latest linked occurrence (batch and
+ * position, in its per-row state), so linking writes q into that occurrence's
+ * `next` field: every occurrence learns its next use exactly when it becomes
+ * known, in O(1). If the latest occurrence was already planned, the row is
+ * resident with no known next use, and linking moves it from the "never" queue to
+ * bucket q.
+ *
+ * Why victims are cheap to find. Resident rows sit in buckets by next use: one
+ * intrusive stack per batch of the window (ring of `ring` heads, since every next
+ * use lies within [planned, linked) and linked - planned <= ring) and one FIFO
+ * queue "never" for rows with no known next use, in the order their last use was
+ * planned. The victim is the head of "never" if any, else the top of the highest
+ * non-empty bucket above the batch being planned; `hi` remembers the highest
+ * bucket that may be non-empty, so the scan is amortised O(1).
+ *
+ * Planning batch p (oracle_plan) runs three passes over p's distinct rows:
+ *   1. rows with a slot are hits (they sit in bucket p); the others are misses;
+ *   2. each miss takes a never-used slot or evicts a victim (never one of p's
+ *      rows: they are in bucket p or not yet in any bucket, and the search stops
+ *      above p);
+ *   3. every row of p records p as its slot's last use and moves to the bucket of
+ *      its next use (or the tail of "never"); bucket p is then empty.
+ *
+ * Invariants (checked by oracle_check):
+ *   I1. At most `capacity` rows have a slot; row -> slot (orow.slot1) and
+ *       slot -> row (oslot.table/row) are inverse.
+ *   I2. Between plans, every used slot is in exactly one place: the stack of
+ *       bucket key (planned <= key < linked) or, with key ORACLE_NONE, the "never"
+ *       queue as its one entry whose generation equals the slot's.
+ *   I3. A finite bucket's stack holds exactly the slots whose key is that batch
+ *       (no stale entries: a slot leaves bucket q only by being planned at q,
+ *       which empties q, or by being popped as a victim from its top).
+ *   I4. A slot's lu is the last planned batch that used its row; an admission's
+ *       vlast is the victim's lu, so the caller can hold the physical eviction
+ *       until every batch up to vlast is done with the row.
+ *   I5. "never" entries whose generation differs from their slot's are stale (the
+ *       slot moved since); the queue is compacted before it could overflow its
+ *       2 x capacity + 1 entries, so link and plan never allocate.
+ *
+ * Cost: link is one random access per distinct row (its per-row state) plus one
+ * to the earlier occurrence's `next`; plan is two per distinct row (per-row state
+ * and slot) plus O(1) amortised bucket work per miss. No hashing, no allocation.
+ */
+#include "cache/oracle.h"
+
+#include <string.h>
+
+#include "core/alloc.h"
+#include "ember.h"
+
+/* Per-row state, indexed by row id (zeroed memory is "never seen, no slot"). */
+struct orow {
+	uint32_t slot1; /* slot + 1, or 0: no slot */
+	uint32_t seen1; /* latest linked batch naming this row + 1, or 0 */
+	uint32_t pos;   /* its index in that batch's uniq[] */
+};
+
+struct oslot {
+	uint32_t gen;   /* changes whenever the slot's key changes (I5) */
+	uint32_t key;   /* bucket: next use batch, or ORACLE_NONE ("never") */
+	uint32_t lu;    /* last planned use (I4), ORACLE_NONE before the first */
+	uint32_t nextb; /* next slot in its finite bucket's stack */
+	uint32_t table;
+	uint32_t pad_;
+	uint64_t row;
+};
+
+struct oracle {
+	uint32_t ntables;
+	uint64_t *rows;
+	struct orow **rowst;
+	size_t *rowst_bytes;
+	uint32_t capacity;
+	uint32_t nused; /* slots handed out so far; slots >= nused were never used */
+	struct oslot *slot;
+	uint32_t ring;
+	uint32_t *head;            /* [ring]: top of each finite bucket's stack */
+	struct obatch **pending;   /* [ring]: linked, unplanned batches by seq % ring */
+	uint64_t *never;           /* entries: slot | gen << 32 */
+	uint32_t never_head, never_n, never_cap;
+	uint32_t planned, linked;
+	uint32_t hi; /* highest finite bucket that may be non-empty */
+};
+
+static inline uint64_t never_entry(uint32_t s, uint32_t gen)
+{
+	return (uint64_t)s | (uint64_t)gen << 32;
+}
+
+int oracle_create(struct oracle **out, uint32_t ntables, const uint64_t *rows,
+		  uint64_t capacity, uint32_t ring)
+{
+	if (!out || ntables == 0 || !rows || capacity == 0 || capacity > ORACLE_MAX_BATCHES ||
+	    ring == 0)
+		return EMBER_EINVAL;
+	*out = NULL;
+	int rc = EMBER_ENOMEM;
+	struct oracle *o = em_zalloc(sizeof(*o));
+	if (!o)
+		return EMBER_ENOMEM;
+	o->ntables = ntables;
+	o->capacity = (uint32_t)capacity;
+	o->ring = ring;
+	o->rows = em_zalloc(ntables * sizeof(uint64_t));
+	o->rowst = em_zalloc(ntables * sizeof(*o->rowst));
+	o->rowst_bytes = em_zalloc(ntables * sizeof(size_t));
+	o->slot = em_zalloc(capacity * sizeof(struct oslot));
+	o->head = em_alloc(ring * sizeof(uint32_t));
+	o->pending = em_zalloc(ring * sizeof(*o->pending));
+	o->never_cap = (uint32_t)(2 * capacity + 1 > UINT32_MAX ? UINT32_MAX : 2 * capacity + 1);
+	o->never = em_alloc((size_t)o->never_cap * sizeof(uint64_t));
+	if (!o->rows || !o->rowst || !o->rowst_bytes || !o->slot || !o->head || !o->pending ||
+	    !o->never)
+		goto undo_alloc;
+	for (uint32_t t = 0; t < ntables; t++) {
+		if (rows[t] == 0) {
+			rc = EMBER_EINVAL;
+			goto undo_alloc;
+		}
+		o->rows[t] = rows[t];
+		o->rowst_bytes[t] = rows[t] * sizeof(struct orow);
+		/* large zeroed allocations are mapped lazily: untouched rows cost nothing */
+		o->rowst[t] = em_zalloc(o->rowst_bytes[t]);
+		if (!o->rowst[t])
+			goto undo_alloc;
+	}
+	for (uint32_t r = 0; r < ring; r++)
+		o->head[r] = ORACLE_NONE;
+	for (uint64_t s = 0; s < capacity; s++) {
+		o->slot[s].key = ORACLE_NONE;
+		o->slot[s].lu = ORACLE_NONE;
+		o->slot[s].nextb = ORACLE_NONE;
+	}
+	*out = o;
+	return 0;
+
+undo_alloc:
+	oracle_destroy(o);
+	return rc;
+}
+
+void oracle_destroy(struct oracle *o)
+{
+	if (!o)
+		return;
+	if (o->rowst)
+		for (uint32_t t = 0; t < o->ntables; t++)
+			em_free(o->rowst[t], o->rowst_bytes ? o->rowst_bytes[t] : 0);
+	em_free(o->rows, 0);
+	em_free(o->rowst, 0);
+	em_free(o->rowst_bytes, 0);
+	em_free(o->slot, 0);
+	em_free(o->head, 0);
+	em_free(o->pending, 0);
+	em_free(o->never, 0);
+	em_free(o, sizeof(*o));
+}
+
+static inline void bucket_push(struct oracle *o, uint32_t s, uint32_t q)
+{
+	uint32_t *h = &o->head[q % o->ring];
+	o->slot[s].key = q;
+	o->slot[s].gen++;
+	o->slot[s].nextb = *h;
+	*h = s;
+	if (q > o->hi)
+		o->hi = q;
+}
+
+/* I5: drop stale entries, keeping the order of the valid ones. */
+static void never_compact(struct oracle *o)
+{
+	uint32_t w = 0;
+	for (uint32_t i = o->never_head; i < o->never_n; i++) {
+		uint64_t e = o->never[i];
+		if (o->slot[(uint32_t)e].gen == (uint32_t)(e >> 32))
+			o->never[w++] = e;
+	}
+	o->never_head = 0;
+	o->never_n = w;
+}
+
+static inline void never_push(struct oracle *o, uint32_t s)
+{
+	o->slot[s].key = ORACLE_NONE;
+	o->slot[s].gen++;
+	o->never[o->never_n++] = never_entry(s, o->slot[s].gen);
+}
+
+void oracle_link(struct oracle *o, struct obatch *b)
+{
+	uint32_t q = b->seq;
+	o->pending[q % o->ring] = b;
+	for (uint32_t k = 0; k < b->nuniq; k++) {
+		const struct urow *u = &b->uniq[k];
+		struct orow *r = &o->rowst[u->table][u->row];
+		b->next[k] = ORACLE_NONE;
+		if (r->seen1 != 0 && r->seen1 - 1 >= o->planned) {
+			/* the earlier occurrence is still unplanned: it learns its next use */
+			o->pending[(r->seen1 - 1) % o->ring]->next[r->pos] = q;
+		} else if (r->slot1 != 0) {
+			/* resident, last use planned, next use unknown until now: leave
+			 * "never" (its entry goes stale) for bucket q */
+			bucket_push(o, r->slot1 - 1, q);
+		}
+		r->seen1 = q + 1;
+		r->pos = k;
+	}
+	o->linked = q + 1;
+}
+
+/* The slot of the resident row to evict while planning batch p (pass 2). */
+static uint32_t pop_victim(struct oracle *o, uint32_t p)
+{
+	while (o->never_head < o->never_n) {
+		uint64_t e = o->never[o->never_head++];
+		uint32_t s = (uint32_t)e;
+		if (o->slot[s].gen == (uint32_t)(e >> 32))
+			return s;
+	}
+	for (uint32_t q = o->hi; q > p; q--) {
+		uint32_t *h = &o->head[q % o->ring];
+		if (*h != ORACLE_NONE) {
+			uint32_t s = *h;
+			*h = o->slot[s].nextb;
+			o->hi = q;
+			return s;
+		}
+	}
+	o->hi = p;
+	return ORACLE_NONE;
+}
+
+void oracle_plan(struct oracle *o, struct obatch *b)
+{
+	uint32_t p = b->seq;
+	uint32_t nmiss = 0;
+
+	/* pass 1: hits keep their slot (they sit in bucket p) */
+	for (uint32_t k = 0; k < b->nuniq; k++) {
+		const struct urow *u = &b->uniq[k];
+		uint32_t s1 = o->rowst[u->table][u->row].slot1;
+		b->slot[k] = s1 - 1; /* ORACLE_NONE when s1 is 0 */
+		if (s1 == 0)
+			b->miss[nmiss++].uidx = k;
+	}
+
+	/* pass 2: admissions, each into a never-used slot or a victim's */
+	for (uint32_t m = 0; m < nmiss; m++) {
+		struct omiss *mi = &b->miss[m];
+		const struct urow *u = &b->uniq[mi->uidx];
+		uint32_t s;
+		if (o->nused < o->capacity) {
+			s = o->nused++;
+			mi->vtable = ORACLE_NONE;
+			mi->vrow = 0;
+			mi->vlast = ORACLE_NONE;
+		} else {
+			s = pop_victim(o, p);
+			/* the caller guarantees nuniq <= capacity, so a victim exists */
+			struct oslot *v = &o->slot[s];
+			o->rowst[v->table][v->row].slot1 = 0;
+			mi->vtable = v->table;
+			mi->vrow = v->row;
+			mi->vlast = v->lu;
+			v->gen++;
+			v->key = ORACLE_NONE;
+		}
+		o->slot[s].table = u->table;
+		o->slot[s].row = u->row;
+		o->rowst[u->table][u->row].slot1 = s + 1;
+		mi->slot = s;
+		b->slot[mi->uidx] = s;
+	}
+	b->nmiss = nmiss;
+
+	/* pass 3: every row of p moves to the bucket of its next use */
+	o->head[p % o->ring] = ORACLE_NONE;
+	if (o->never_n + b->nuniq > o->never_cap)
+		never_compact(o);
+	for (uint32_t k = 0; k < b->nuniq; k++) {
+		uint32_t s = b->slot[k];
+		o->slot[s].lu = p;
+		if (b->next[k] == ORACLE_NONE)
+			never_push(o, s);
+		else
+			bucket_push(o, s, b->next[k]);
+	}
+	o->pending[p % o->ring] = NULL;
+	o->planned = p + 1;
+	if (o->hi < o->planned)
+		o->hi = o->planned;
+}
+
+uint64_t oracle_resident(const struct oracle *o)
+{
+	return o->nused;
+}
+
+uint32_t oracle_planned(const struct oracle *o)
+{
+	return o->planned;
+}
+
+uint32_t oracle_linked(const struct oracle *o)
+{
+	return o->linked;
+}
+
+int oracle_check(const struct oracle *o)
+{
+	/* I1: slot -> row -> slot */
+	for (uint32_t s = 0; s < o->nused; s++) {
+		const struct oslot *v = &o->slot[s];
+		if (v->table >= o->ntables || v->row >= o->rows[v->table])
+			return -__LINE__;
+		if (o->rowst[v->table][v->row].slot1 != s + 1)
+			return -__LINE__;
+	}
+	/* I1 the other way, and the row count */
+	uint64_t with_slot = 0;
+	for (uint32_t t = 0; t < o->ntables; t++)
+		for (uint64_t r = 0; r < o->rows[t]; r++) {
+			uint32_t s1 = o->rowst[t][r].slot1;
+			if (s1 == 0)
+				continue;
+			with_slot++;
+			if (s1 - 1 >= o->nused || o->slot[s1 - 1].table != t || o->slot[s1 - 1].row != r)
+				return -__LINE__;
+		}
+	if (with_slot != o->nused || o->nused > o->capacity)
+		return -__LINE__;
+	/* I2, I3: each used slot in exactly one place */
+	uint64_t placed = 0;
+	for (uint32_t q = o->planned; q < o->linked; q++) {
+		uint32_t n = 0;
+		for (uint32_t s = o->head[q % o->ring]; s != ORACLE_NONE; s = o->slot[s].nextb) {
+			if (s >= o->nused || o->slot[s].key != q || ++n > o->capacity)
+				return -__LINE__;
+		}
+		placed += n;
+	}
+	for (uint32_t i = o->never_head; i < o->never_n; i++) {
+		uint64_t e = o->never[i];
+		const struct oslot *v = &o->slot[(uint32_t)e];
+		if (v->gen != (uint32_t)(e >> 32))
+			continue;
+		if ((uint32_t)e >= o->nused || v->key != ORACLE_NONE)
+			return -__LINE__;
+		placed++;
+	}
+	if (placed != o->nused)
+		return -__LINE__;
+	/* I4: last uses are planned batches */
+	for (uint32_t s = 0; s < o->nused; s++)
+		if (o->slot[s].lu == ORACLE_NONE || o->slot[s].lu >= o->planned)
+			return -__LINE__;
+	return 0;
+}

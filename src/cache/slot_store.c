@@ -1,0 +1,131 @@
+/*
+ * slot_store.c - host-memory slots, and the row format conversions (fp32 and
+ * fp16 in the store, fp32 in slots). See slot_store.h.
+ *
+ * Slot memory is one anonymous mapping (zero pages until touched), each slot
+ * `stride` floats, stride rounded up to 16 bytes so rows stay 16-byte aligned.
+ */
+#include "cache/slot_store.h"
+
+#include <string.h>
+#include <sys/mman.h>
+
+#include "ember.h"
+#include "ember_cache.h"
+
+size_t slot_row_bytes(uint32_t dim, uint32_t storage)
+{
+	return (size_t)dim * (storage == EMBER_CACHE_STORE_FP16 ? 2 : 4);
+}
+
+int slot_store_open(struct slot_store *ss, uint32_t where, uint32_t nslots, uint32_t max_dim)
+{
+	memset(ss, 0, sizeof(*ss));
+	if (where != EMBER_CACHE_SLOTS_HOST || nslots == 0 || max_dim == 0)
+		return EMBER_EINVAL;
+	ss->where = where;
+	ss->nslots = nslots;
+	ss->stride = ((size_t)max_dim + 3) & ~(size_t)3;
+	ss->bytes = (size_t)nslots * ss->stride * sizeof(float);
+	void *p = mmap(NULL, ss->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED) {
+		memset(ss, 0, sizeof(*ss));
+		return EMBER_ENOMEM;
+	}
+	ss->mem = p;
+	return 0;
+}
+
+void slot_store_close(struct slot_store *ss)
+{
+	if (!ss || !ss->mem)
+		return;
+	munmap(ss->mem, ss->bytes);
+	memset(ss, 0, sizeof(*ss));
+}
+
+uint16_t slot_f32_to_f16(float f)
+{
+	uint32_t x;
+	memcpy(&x, &f, 4);
+	uint32_t sign = (x >> 16) & 0x8000u;
+	uint32_t exp = (x >> 23) & 0xffu;
+	uint32_t man = x & 0x7fffffu;
+	if (exp == 0xff) /* inf, nan (keep a quiet nan) */
+		return (uint16_t)(sign | 0x7c00u | (man ? 0x200u | (man >> 13) : 0));
+	int32_t e = (int32_t)exp - 127 + 15;
+	if (e >= 31)
+		return (uint16_t)(sign | 0x7c00u);
+	if (e <= 0) {
+		if (e < -10)
+			return (uint16_t)sign; /* below half the smallest subnormal */
+		man |= 0x800000u;
+		uint32_t shift = (uint32_t)(14 - e);
+		uint32_t h = man >> shift;
+		uint32_t rem = man & ((1u << shift) - 1);
+		uint32_t half = 1u << (shift - 1);
+		if (rem > half || (rem == half && (h & 1)))
+			h++;
+		return (uint16_t)(sign | h);
+	}
+	uint32_t h = ((uint32_t)e << 10) | (man >> 13);
+	uint32_t rem = man & 0x1fffu;
+	if (rem > 0x1000u || (rem == 0x1000u && (h & 1)))
+		h++; /* may carry into the exponent: correct, up to inf */
+	return (uint16_t)(sign | h);
+}
+
+float slot_f16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+	uint32_t exp = (h >> 10) & 0x1fu;
+	uint32_t man = h & 0x3ffu;
+	uint32_t x;
+	if (exp == 0) {
+		if (man == 0) {
+			x = sign;
+		} else { /* subnormal: normalise */
+			int e = -1;
+			do {
+				man <<= 1;
+				e++;
+			} while (!(man & 0x400u));
+			x = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ffu) << 13);
+		}
+	} else if (exp == 0x1f) {
+		x = sign | 0x7f800000u | (man << 13);
+	} else {
+		x = sign | ((exp - 15 + 127) << 23) | (man << 13);
+	}
+	float f;
+	memcpy(&f, &x, 4);
+	return f;
+}
+
+void slot_store_write(struct slot_store *ss, size_t n, const struct slot_move *m)
+{
+	for (size_t i = 0; i < n; i++) {
+		float *dst = ss->mem + (size_t)m[i].slot * ss->stride;
+		if (m[i].storage == EMBER_CACHE_STORE_FP16) {
+			const uint16_t *src = m[i].buf;
+			for (uint32_t j = 0; j < m[i].dim; j++)
+				dst[j] = slot_f16_to_f32(src[j]);
+		} else {
+			memcpy(dst, m[i].buf, (size_t)m[i].dim * sizeof(float));
+		}
+	}
+}
+
+void slot_store_read(const struct slot_store *ss, size_t n, const struct slot_move *m)
+{
+	for (size_t i = 0; i < n; i++) {
+		const float *src = ss->mem + (size_t)m[i].slot * ss->stride;
+		if (m[i].storage == EMBER_CACHE_STORE_FP16) {
+			uint16_t *dst = m[i].buf;
+			for (uint32_t j = 0; j < m[i].dim; j++)
+				dst[j] = slot_f32_to_f16(src[j]);
+		} else {
+			memcpy(m[i].buf, src, (size_t)m[i].dim * sizeof(float));
+		}
+	}
+}

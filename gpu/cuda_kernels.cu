@@ -1,0 +1,294 @@
+/*
+ * cuda_kernels.cu - the CUDA backend's kernels: gather, install, scatter-apply.
+ *
+ * Work split: one warp per lookup row; the 32 lanes walk the row's columns, four
+ * floats (one float4, 16 bytes) per lane when the row width and the pointers allow
+ * it, one float otherwise. Grids are capped and loops grid-stride, so any n works.
+ *
+ * Scatter-apply (duplicates summed, then one optimizer step per distinct row):
+ *   1. k_scatter_prep: keys[i] = slots[i] (a bad index becomes the sentinel
+ *      `slots`, sorting last, and sets the error flag), vals[i] = i.
+ *   2. cub::DeviceRadixSort::SortPairs on the low ceil(log2(slots + 1)) bits: equal
+ *      slots become adjacent. The sort is stable, so within a run the lookups stay
+ *      in increasing order.
+ *   3. k_scatter_apply: the warp at sorted position p does nothing unless p starts a
+ *      run (p == 0 or key[p-1] != key[p]); the run's warp sums the run's gradient
+ *      rows in order and applies SGD or Adagrad to the row once. No atomics: each
+ *      row has exactly one writer, and the result is deterministic.
+ * Scratch (keys, vals, sorted copies, CUB's temporary) comes from cudaMallocAsync
+ * on the same stream and goes back with cudaFreeAsync after step 3.
+ *
+ * Arithmetic uses the explicitly rounded intrinsics (__fadd_rn, __fmul_rn, ...) so
+ * nvcc does not contract a*b+c into an FMA: results then match the host backend's
+ * plain float arithmetic (host_kernels.c) operation for operation.
+ */
+#include <cuda_runtime.h>
+#include <cub/device/device_radix_sort.cuh>
+
+#include <ember.h>
+#include <ember_gpu.h>
+
+#include "backend.h"
+
+int egc_map_error(cudaError_t e);
+
+#define EGC_TRY(expr)                                                               \
+	do {                                                                        \
+		cudaError_t egc_e_ = (expr);                                        \
+		if (egc_e_ != cudaSuccess)                                          \
+			return egc_map_error(egc_e_);                               \
+	} while (0)
+
+namespace {
+
+constexpr unsigned kBlock = 256;          /* 8 warps */
+constexpr unsigned kMaxBlocks = 1u << 16; /* grid-stride beyond this */
+
+unsigned blocks_for(uint64_t warps)
+{
+	uint64_t b = (warps + kBlock / 32 - 1) / (kBlock / 32);
+	return b < kMaxBlocks ? (unsigned)b : kMaxBlocks;
+}
+
+unsigned blocks_for_threads(uint64_t threads)
+{
+	uint64_t b = (threads + kBlock - 1) / kBlock;
+	return b < kMaxBlocks ? (unsigned)b : kMaxBlocks;
+}
+
+bool aligned16(const void *p)
+{
+	return ((uintptr_t)p & 15u) == 0;
+}
+
+__device__ inline void set_bad(int *err)
+{
+	/* A plain store of 1: concurrent writers all store the same value; the host
+	 * reads it after synchronizing with this stream. */
+	*(volatile int *)err = 1;
+}
+
+template <typename T> __device__ inline T zero();
+template <> __device__ inline float zero<float>() { return 0.0f; }
+template <> __device__ inline float4 zero<float4>() { return make_float4(0.f, 0.f, 0.f, 0.f); }
+
+__device__ inline uint64_t warp_id() { return ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; }
+__device__ inline uint64_t warp_count() { return ((uint64_t)gridDim.x * blockDim.x) >> 5; }
+
+/* out row i (w floats) = slot slots[i]'s first w floats; T is float or float4. */
+template <typename T>
+__global__ void k_gather(eg_arena_view v, const uint32_t *__restrict__ slots, uint32_t n,
+			 float *__restrict__ out, uint32_t w)
+{
+	const unsigned lane = threadIdx.x & 31u;
+	const uint32_t cnt = w / (sizeof(T) / sizeof(float));
+	for (uint64_t i = warp_id(); i < n; i += warp_count()) {
+		const uint32_t slot = slots[i];
+		T *dst = reinterpret_cast<T *>(out + i * w);
+		if (slot >= v.slots) {
+			if (lane == 0)
+				set_bad(v.err);
+			for (uint32_t c = lane; c < cnt; c += 32)
+				dst[c] = zero<T>();
+			continue;
+		}
+		const T *src = reinterpret_cast<const T *>(v.base + (uint64_t)slot * v.stride);
+		for (uint32_t c = lane; c < cnt; c += 32)
+			dst[c] = src[c];
+	}
+}
+
+/* slot slots[i] = packed row i (copy floats); then state := init unless copied. */
+template <typename T>
+__global__ void k_install(eg_arena_view v, const uint32_t *__restrict__ slots, uint32_t n,
+			  const float *__restrict__ rows, uint32_t w, uint32_t copy,
+			  bool init_state, float init)
+{
+	const unsigned lane = threadIdx.x & 31u;
+	const uint32_t cnt = copy / (sizeof(T) / sizeof(float));
+	for (uint64_t i = warp_id(); i < n; i += warp_count()) {
+		const uint32_t slot = slots[i];
+		if (slot >= v.slots) {
+			if (lane == 0)
+				set_bad(v.err);
+			continue;
+		}
+		float *row = v.base + (uint64_t)slot * v.stride;
+		T *dst = reinterpret_cast<T *>(row);
+		const T *src = reinterpret_cast<const T *>(rows + i * w);
+		for (uint32_t c = lane; c < cnt; c += 32)
+			dst[c] = src[c];
+		if (init_state)
+			for (uint32_t j = lane; j < v.state_floats; j += 32)
+				row[v.dim + j] = init;
+	}
+}
+
+__global__ void k_scatter_prep(const uint32_t *__restrict__ slots, uint32_t n, uint64_t nslots,
+			       int *err, uint32_t *__restrict__ keys, uint32_t *__restrict__ vals)
+{
+	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += (uint64_t)gridDim.x * blockDim.x) {
+		uint32_t s = slots[i];
+		if (s >= nslots) {
+			set_bad(err);
+			s = (uint32_t)nslots; /* the sentinel: sorts after every valid slot */
+		}
+		keys[i] = s;
+		vals[i] = (uint32_t)i;
+	}
+}
+
+__device__ inline void apply_one(float &w, float &h, float g, const eg_update &u)
+{
+	if (u.opt == EMBER_GPU_OPT_SGD) {
+		w = __fsub_rn(w, __fmul_rn(u.lr, g));
+	} else {
+		h = __fadd_rn(h, __fmul_rn(g, g));
+		w = __fsub_rn(w, __fdiv_rn(__fmul_rn(u.lr, g), __fadd_rn(__fsqrt_rn(h), u.eps)));
+	}
+}
+
+__device__ inline void add(float &a, float b) { a = __fadd_rn(a, b); }
+__device__ inline void add(float4 &a, float4 b)
+{
+	a.x = __fadd_rn(a.x, b.x);
+	a.y = __fadd_rn(a.y, b.y);
+	a.z = __fadd_rn(a.z, b.z);
+	a.w = __fadd_rn(a.w, b.w);
+}
+
+__device__ inline void apply(float *w, float *h, float g, const eg_update &u)
+{
+	float dummy = 0.0f;
+	apply_one(*w, h ? *h : dummy, g, u);
+}
+
+__device__ inline void apply(float4 *w, float4 *h, float4 g, const eg_update &u)
+{
+	float4 wv = *w;
+	float4 hv = h ? *h : zero<float4>();
+	apply_one(wv.x, hv.x, g.x, u);
+	apply_one(wv.y, hv.y, g.y, u);
+	apply_one(wv.z, hv.z, g.z, u);
+	apply_one(wv.w, hv.w, g.w, u);
+	*w = wv;
+	if (h)
+		*h = hv;
+}
+
+template <typename T>
+__global__ void k_scatter_apply(eg_arena_view v, const uint32_t *__restrict__ skeys,
+				const uint32_t *__restrict__ svals, uint32_t n,
+				const float *__restrict__ grads, eg_update u)
+{
+	const unsigned lane = threadIdx.x & 31u;
+	const uint32_t per = sizeof(T) / sizeof(float);
+	const uint32_t cnt = v.dim / per;
+	for (uint64_t p = warp_id(); p < n; p += warp_count()) {
+		const uint32_t k = skeys[p];
+		if (k >= v.slots || (p > 0 && skeys[p - 1] == k))
+			continue; /* a bad lookup, or not the start of its run */
+		uint64_t e = p + 1;
+		while (e < n && skeys[e] == k)
+			e++;
+		float *row = v.base + (uint64_t)k * v.stride;
+		T *w = reinterpret_cast<T *>(row);
+		T *h = u.opt == EMBER_GPU_OPT_ADAGRAD ? reinterpret_cast<T *>(row + v.dim) : nullptr;
+		for (uint32_t c = lane; c < cnt; c += 32) {
+			T acc = zero<T>();
+#pragma unroll 4
+			for (uint64_t q = p; q < e; q++)
+				add(acc, reinterpret_cast<const T *>(grads + (uint64_t)svals[q] * v.dim)[c]);
+			apply(w + c, h ? h + c : nullptr, acc, u);
+		}
+	}
+}
+
+size_t round256(size_t x)
+{
+	return (x + 255u) & ~(size_t)255u;
+}
+
+} /* namespace */
+
+extern "C" {
+
+int egc_gather(int dev, void *s, const eg_arena_view *v, const uint32_t *slots, uint32_t n,
+	       float *out, uint32_t flags)
+{
+	const uint32_t w = v->dim + ((flags & EMBER_GPU_WITH_STATE) ? v->state_floats : 0);
+	const cudaStream_t st = (cudaStream_t)s;
+	EGC_TRY(cudaSetDevice(dev));
+	if (w % 4 == 0 && aligned16(out))
+		k_gather<float4><<<blocks_for(n), kBlock, 0, st>>>(*v, slots, n, out, w);
+	else
+		k_gather<float><<<blocks_for(n), kBlock, 0, st>>>(*v, slots, n, out, w);
+	EGC_TRY(cudaGetLastError());
+	return 0;
+}
+
+int egc_install(int dev, void *s, const eg_arena_view *v, const uint32_t *slots, uint32_t n,
+		const float *rows, uint32_t flags, float state_init)
+{
+	const bool with_state = flags & EMBER_GPU_WITH_STATE;
+	const uint32_t w = v->dim + (with_state ? v->state_floats : 0);
+	const uint32_t copy = with_state ? w : v->dim;
+	const bool init = !with_state && v->state_floats > 0;
+	const cudaStream_t st = (cudaStream_t)s;
+	EGC_TRY(cudaSetDevice(dev));
+	if (copy % 4 == 0 && w % 4 == 0 && aligned16(rows))
+		k_install<float4><<<blocks_for(n), kBlock, 0, st>>>(*v, slots, n, rows, w, copy,
+								    init, state_init);
+	else
+		k_install<float><<<blocks_for(n), kBlock, 0, st>>>(*v, slots, n, rows, w, copy,
+								   init, state_init);
+	EGC_TRY(cudaGetLastError());
+	return 0;
+}
+
+int egc_scatter_apply(int dev, void *s, const eg_arena_view *v, const uint32_t *slots,
+		      uint32_t n, const float *grads, const eg_update *u)
+{
+	const cudaStream_t st = (cudaStream_t)s;
+	int end_bit = 0;
+	while (end_bit < 32 && (v->slots >> end_bit) != 0)
+		end_bit++; /* the sentinel `slots` fits too */
+
+	EGC_TRY(cudaSetDevice(dev));
+	size_t temp_bytes = 0;
+	EGC_TRY(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, (const uint32_t *)nullptr,
+						(uint32_t *)nullptr, (const uint32_t *)nullptr,
+						(uint32_t *)nullptr, (int)n, 0, end_bit, st));
+	const size_t arr = round256((size_t)n * sizeof(uint32_t));
+	void *scratch = nullptr;
+	EGC_TRY(cudaMallocAsync(&scratch, 4 * arr + temp_bytes, st));
+	char *base = static_cast<char *>(scratch);
+	uint32_t *keys = (uint32_t *)base, *vals = (uint32_t *)(base + arr);
+	uint32_t *skeys = (uint32_t *)(base + 2 * arr), *svals = (uint32_t *)(base + 3 * arr);
+	void *temp = base + 4 * arr;
+
+	int rc = 0;
+	cudaError_t e;
+	k_scatter_prep<<<blocks_for_threads(n), kBlock, 0, st>>>(
+		slots, n, v->slots, v->err, keys, vals);
+	if ((e = cudaGetLastError()) != cudaSuccess)
+		goto out;
+	e = cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, skeys, vals, svals, (int)n, 0,
+					    end_bit, st);
+	if (e != cudaSuccess)
+		goto out;
+	if (v->dim % 4 == 0 && aligned16(grads))
+		k_scatter_apply<float4><<<blocks_for(n), kBlock, 0, st>>>(*v, skeys, svals, n, grads, *u);
+	else
+		k_scatter_apply<float><<<blocks_for(n), kBlock, 0, st>>>(*v, skeys, svals, n, grads, *u);
+	e = cudaGetLastError();
+out:
+	rc = egc_map_error(e);
+	cudaError_t f = cudaFreeAsync(scratch, st); /* after the kernels, in stream order */
+	if (rc == 0)
+		rc = egc_map_error(f);
+	return rc;
+}
+
+} /* extern "C" */

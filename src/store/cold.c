@@ -9,6 +9,7 @@
  * record the caller judged live (newest of its key below expected) still is.
  */
 #include "store/store_int.h"
+#include "store/checkpoint.h"
 
 #include <errno.h>
 #include <string.h>
@@ -83,8 +84,13 @@ int read_record_sync(ember_session *s, struct hlog *log, struct em_file *f, uint
 		}
 		if (!bad && r->checksum != rec_checksum(r))
 			bad = 1;
-		if (bad)
-			return addr < hlog_load(&log->begin) ? EMBER_EAGAIN : EMBER_ECORRUPT;
+		if (bad && addr < hlog_load(&log->begin))
+			return EMBER_EAGAIN; /* compaction moved it meanwhile */
+		if (bad) {
+			db_report(s->db, "%s at offset %llu: record fails its checksum or length checks",
+				  log_file_name(s->db, log), (unsigned long long)addr);
+			return EMBER_ECORRUPT;
+		}
 		*out = r;
 		return 0;
 	}
@@ -118,8 +124,11 @@ static int chunk_fetch(ember_session *s, uint64_t chunk, uint64_t ca, int may_wa
 		return EMBER_EAGAIN;
 	if (rc < 0)
 		return rc;
-	if (!ci_chunk_ok(ci, r, chunk))
+	if (!ci_chunk_ok(ci, r, chunk)) {
+		db_report(db, "cold.idx at offset %llu: not a well-formed copy of chunk %llu",
+			  (unsigned long long)ca, (unsigned long long)chunk);
 		return EMBER_ECORRUPT;
+	}
 	s->rchunk = ca;
 	*out = r;
 	return 0;

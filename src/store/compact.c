@@ -114,17 +114,27 @@ static int scan_next(struct scan *sc, uint64_t *a, uint64_t until, int may_move,
 			int filler = (rec_header(r) & REC_FILLER) != 0;
 			uint32_t vlen = atomic_load_explicit(&r->val_len, memory_order_relaxed);
 			if ((!filler && (r->key_len == 0 || r->key_len > EMBER_MAX_KEY_LEN)) ||
-			    r->val_cap > sc->max_record || vlen > r->val_cap || r->checksum != rec_checksum(r))
+			    r->val_cap > sc->max_record || vlen > r->val_cap || r->checksum != rec_checksum(r)) {
+				db_report(sc->s->db, "%s at offset %llu: record fails its checksum or "
+					  "length checks (compaction scan)",
+					  log_file_name(sc->s->db, sc->log), (unsigned long long)x);
 				return EMBER_ECORRUPT;
+			}
 			*out = r;
 			return 1;
 		}
-		if (tries > 1)
-			return EMBER_ECORRUPT; /* the file ends inside a record below head */
+		if (tries > 1) { /* the file ends inside a record below head */
+			db_report(sc->s->db, "%s at offset %llu: the file ends inside a record",
+				  log_file_name(sc->s->db, sc->log), (unsigned long long)x);
+			return EMBER_ECORRUPT;
+		}
 		if (!may_move)
 			return 2;
-		if (have_hdr && size > sc->max_record + REC_HDR_SIZE)
+		if (have_hdr && size > sc->max_record + REC_HDR_SIZE) {
+			db_report(sc->s->db, "%s at offset %llu: record length out of range",
+				  log_file_name(sc->s->db, sc->log), (unsigned long long)x);
 			return EMBER_ECORRUPT;
+		}
 		int rc = window_fill(sc, x, size + EM_IO_ALIGN > WINDOW ? size + EM_IO_ALIGN : WINDOW);
 		if (rc < 0)
 			return rc;

@@ -21,6 +21,7 @@
  *  4. lookups_run calls done exactly once per lookup, even when the ring fails.
  */
 #include "store/store_int.h"
+#include "store/checkpoint.h"
 
 #include <errno.h>
 #include <string.h>
@@ -274,6 +275,9 @@ static int bad_record(struct lookup_run *run, struct lookup *l)
 		if (ci_table_load(ci, ci_chunk_of(ci, l->hash)) != l->addr)
 			return lk_restart(run, l);
 	}
+	db_report(run->s->db, "%s at offset %llu: %s fails its checksum or length checks",
+		  log_file_name(run->s->db, log), (unsigned long long)l->addr,
+		  l->phase == LK_CHUNK ? "cold index chunk" : "record");
 	finish(run, l, EMBER_ECORRUPT, NULL, 0);
 	return LK_FINISHED;
 }

@@ -161,6 +161,12 @@ struct ember_db {
 	int has_err;
 };
 
+/* The file name of one of db's logs (for error details). */
+static inline const char *log_file_name(struct ember_db *db, struct hlog *l)
+{
+	return l == db->hot ? "hot.log" : l == db->cold ? "cold.log" : "cold.idx";
+}
+
 /* Validate a session handle for a data call: EMBER_EINVAL or EMBER_ESTATE. */
 static inline int session_check(ember_session *s)
 {

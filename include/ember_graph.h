@@ -229,6 +229,405 @@ int ember_graph_ordering_simulate(uint32_t p, uint32_t c, int kind,
 
 /* ==== import, buffer, examples, sampling ======================================= */
 
+/*
+ * Graphs stored in an Ember store
+ * -------------------------------
+ * ember_graph_import() turns an edge list into a graph named `name` inside an open
+ * store: node ids are permuted at random (a seeded bijection, so the mapping needs
+ * no table), the new ids are cut into `p` node partitions of contiguous ids, and
+ * the edges into `p x p` edge buckets (bucket (i, j) holds the edges from partition
+ * i to partition j). Node data (`dim` floats per node) and edge buckets are stored
+ * as chunked values (at most chunk_bytes each), plus a small metadata record that
+ * is written last. docs/graph.md has the key and value formats.
+ *
+ * Objects and threads
+ * -------------------
+ *   ember_graph          an imported graph, opened from a store. Immutable after
+ *                        open: any thread may call the ember_graph_* readers at once
+ *                        (each opens a store session of its own for the call).
+ *                        Close it after every buffer on it is closed.
+ *   ember_graph_buffer   c partitions in memory, driven through one epoch after
+ *                        another by a plan. One trainer thread at a time calls its
+ *                        functions; two threads of its own read and write partitions
+ *                        in the background.
+ *   ember_graph_sampler  neighbourhood sampling over the buffer's current state.
+ *                        Each sampler belongs to one thread; several samplers may
+ *                        run at once on one buffer, but never during
+ *                        ember_graph_buffer_next_state() or _update() on it (the
+ *                        trainer orders those calls with its samplers).
+ *
+ * Every call returns 0 or a negative EMBER_E* code (or -errno for a file the OS
+ * refused); destructors accept NULL.
+ */
+
+typedef struct ember_graph ember_graph;
+typedef struct ember_graph_buffer ember_graph_buffer;
+typedef struct ember_graph_sampler ember_graph_sampler;
+
+#define EMBER_GRAPH_MAX_PARTITIONS 1024u     /* p */
+#define EMBER_GRAPH_MAX_NAME 64u             /* bytes of a graph's name */
+#define EMBER_GRAPH_MAX_DIM 65536u           /* floats per node */
+#define EMBER_GRAPH_MAX_LAYERS 8u            /* sampler layers */
+#define EMBER_GRAPH_NO_STATE UINT32_MAX      /* a bucket no state trains */
+
+/* One edge, in new (permuted) node ids. */
+typedef struct ember_graph_edge {
+	uint64_t src;
+	uint64_t dst;
+	uint32_t rel;      /* relation type; 0 for an edge list without relations */
+	uint32_t reserved; /* 0 */
+} ember_graph_edge;
+
+/* What ember_graph_info_get() reports. */
+typedef struct ember_graph_info {
+	uint64_t num_nodes;      /* ids 0 .. num_nodes-1, original and new */
+	uint64_t num_edges;
+	uint64_t partition_size; /* nodes per partition (the last one may hold fewer) */
+	uint64_t train_nodes;    /* training nodes recorded (0: every node trains) */
+	uint32_t partitions;     /* p */
+	uint32_t dim;            /* floats per node */
+	uint32_t relations;      /* 1 + the largest relation id (1 without relations) */
+	uint32_t chunk_bytes;    /* largest stored value */
+} ember_graph_info;
+
+/* ember_graph_import_options.format */
+enum {
+	EMBER_GRAPH_TEXT = 0,   /* lines "src dst" or "src rel dst" (decimal); '#' starts a
+				   comment line; blank lines are skipped */
+	EMBER_GRAPH_BINARY = 1, /* little-endian uint64 records of binary_fields values */
+};
+
+/* ember_graph_import_options.init: how node data starts. */
+enum {
+	EMBER_GRAPH_INIT_UNIFORM = 0, /* uniform in [-init_scale, init_scale], from seed */
+	EMBER_GRAPH_INIT_ZERO = 1,
+	EMBER_GRAPH_INIT_FILE = 2,    /* node_data_path: num_nodes x dim little-endian
+					 float32, in original id order */
+};
+
+/*
+ * Progress of an import: phase is "scan", "sort", "merge", "nodes" or "train";
+ * done of total units (bytes of input for scan and sort, edges for merge,
+ * partitions for nodes). Called from the importing thread, at most a few times a
+ * second per phase and once at each phase's end.
+ */
+typedef void (*ember_graph_progress_fn)(void *arg, const char *phase, uint64_t done,
+					uint64_t total);
+
+typedef struct ember_graph_import_options {
+	/* Required: partitions (1 .. EMBER_GRAPH_MAX_PARTITIONS) and dim
+	 * (1 .. EMBER_GRAPH_MAX_DIM). */
+	uint32_t partitions;
+	uint32_t dim;
+	/* EMBER_GRAPH_TEXT (default) or EMBER_GRAPH_BINARY. */
+	uint32_t format;
+	/* Binary form: 2 (src, dst; default) or 3 (src, rel, dst) uint64s per record. */
+	uint32_t binary_fields;
+	/* Nodes: 0 means 1 + the largest id seen (the input is then read twice); else
+	 * an id >= num_nodes is a malformed line. */
+	uint64_t num_nodes;
+	/* Seed of the permutation and of the uniform initialiser. Default 0 is a seed
+	 * like any other. */
+	uint64_t seed;
+	/* EMBER_GRAPH_INIT_* (default uniform) and its scale (default 0.1). */
+	uint32_t init;
+	float init_scale;
+	/* With EMBER_GRAPH_INIT_FILE: the node data file (required then). */
+	const char *node_data_path;
+	/* Optional: training nodes for node classification, one original id per line
+	 * (text, '#' comments and blank lines allowed). Kept in memory during import
+	 * (8 bytes per training node). */
+	const char *train_nodes_path;
+	/* Directory for sorted run files (default $TMPDIR or /tmp); they are removed
+	 * before the call returns. */
+	const char *tmp_dir;
+	/* Memory for sorting edges, in bytes (16 per edge in a run): edge lists that do
+	 * not fit are sorted in runs and merged. At least 1 MiB; default 64 MiB. The
+	 * import's other memory is one chunk per value being written, p x p x 8 bytes
+	 * of bucket counts, and the training nodes. */
+	uint64_t memory_budget;
+	/* Largest stored value: 64 KiB .. EMBER_MAX_VALUE_LEN, default 4 MiB. The store
+	 * must accept values this large (see ember_options.log_memory). */
+	uint32_t chunk_bytes;
+	/* Optional progress callback. */
+	ember_graph_progress_fn progress;
+	void *progress_arg;
+} ember_graph_import_options;
+
+/* Fill *opts with the defaults (partitions and dim are left 0: set them). */
+void ember_graph_import_options_default(ember_graph_import_options *opts);
+
+/* What an import did, or where its input was malformed. */
+typedef struct ember_graph_import_result {
+	uint64_t error_line;  /* malformed input: its 1-based line (text) or record
+				 (binary) number, in the file named by error_file; else 0 */
+	char error_file[16];  /* "edges", "train nodes" or "node data" */
+	char error[112];      /* what was wrong (also set for other failures) */
+	uint64_t num_nodes;
+	uint64_t num_edges;
+	uint32_t runs;        /* sorted runs written to tmp_dir (0: sorted in memory) */
+	uint32_t merge_passes;/* merge passes over run files before the final one */
+	uint64_t bytes_stored;/* value bytes written to the store */
+} ember_graph_import_result;
+
+/*
+ * Import the edge list at edges_path as graph `name` (1 .. EMBER_GRAPH_MAX_NAME
+ * bytes) in db. Opens a session of its own for the call. res may be NULL.
+ *
+ * Returns 0; EMBER_EINVAL for bad arguments; EMBER_EEXIST if db already holds a
+ * graph of that name; EMBER_ECORRUPT for malformed input (a line that is not two or
+ * three non-negative decimal integers, a line with another field count than the
+ * first, an id past num_nodes, a binary file cut inside a record, a node data file
+ * of the wrong size), with res->error_line saying where; -errno when a file cannot
+ * be read or written; a store error (EMBER_ETOOBIG: the store's values are smaller
+ * than chunk_bytes). A failed import leaves no metadata record, so the graph does
+ * not exist (its chunks may remain until overwritten by a later import).
+ */
+int ember_graph_import(ember_db *db, const char *name, const char *edges_path,
+		       const ember_graph_import_options *opts,
+		       ember_graph_import_result *res);
+
+/* Open graph `name` of db. EMBER_ENOTFOUND if there is none; EMBER_ECORRUPT if its
+ * metadata fails its checks. */
+int ember_graph_open(ember_db *db, const char *name, ember_graph **g);
+
+/* Close a graph (its buffers must be closed first: EMBER_EBUSY). Accepts NULL. */
+int ember_graph_close(ember_graph *g);
+
+int ember_graph_info_get(const ember_graph *g, ember_graph_info *out);
+
+/* The permutation: original id -> new id, and back. EMBER_EINVAL past num_nodes. */
+int ember_graph_node_to_new(const ember_graph *g, uint64_t original, uint64_t *new_id);
+int ember_graph_node_to_original(const ember_graph *g, uint64_t new_id,
+				 uint64_t *original);
+
+/* Edges in bucket (i, j) (edges from partition i to partition j). */
+int ember_graph_bucket_size(const ember_graph *g, uint32_t i, uint32_t j,
+			    uint64_t *edges);
+
+/* Read bucket (i, j) from the store into out (cap edges), sorted by (src, dst).
+ * *n is set to the bucket's size; EMBER_ERANGE if cap is smaller. */
+int ember_graph_read_bucket(ember_graph *g, uint32_t i, uint32_t j,
+			    ember_graph_edge *out, size_t cap, size_t *n);
+
+/* Read the stored node data of nodes [first, first + count) (new ids) into out
+ * (count x dim floats). Data a buffer holds dirty is not seen until it is written
+ * back (ember_graph_buffer_flush). */
+int ember_graph_read_nodes(ember_graph *g, uint64_t first, uint64_t count, float *out);
+
+/*
+ * Plans and the buffer
+ * --------------------
+ * A plan is one epoch: num_states buffer states of `capacity` partitions each
+ * (state k's partitions in slot order at states[k * capacity ...]), and the state
+ * that trains each edge bucket (bucket_state[i * p + j], or EMBER_GRAPH_NO_STATE),
+ * which must hold both of the bucket's partitions. An ordering (BETA, COMET,
+ * sequential) produces one; any other source works too. The buffer copies it.
+ */
+typedef struct ember_graph_plan {
+	uint32_t partitions;          /* p: the graph's */
+	uint32_t capacity;            /* c: the buffer's */
+	uint32_t num_states;
+	const uint32_t *states;       /* num_states x capacity distinct-per-state ids */
+	const uint32_t *bucket_state; /* p x p */
+} ember_graph_plan;
+
+/* ember_graph_buffer_options.flags */
+#define EMBER_GRAPH_BUFFER_READ_ONLY 0x1u /* never write node data back: updates
+					     are allowed and dropped at eviction */
+#define EMBER_GRAPH_BUFFER_ALL_EDGES 0x2u /* hold every bucket whose partitions are
+					     both resident, with CSR and CSC views
+					     (the sampler needs this) */
+
+typedef struct ember_graph_buffer_options {
+	/* Required: c, partitions resident per state (1 .. p). */
+	uint32_t capacity;
+	/* Extra slots into which the next state's incoming partitions are read while
+	 * the current state trains (partitions that do not fit are read at the swap).
+	 * Default 1; EMBER_GRAPH_BUFFER_NO_PREFETCH for none. */
+	uint32_t prefetch_slots;
+	/* EMBER_GRAPH_BUFFER_* flags. */
+	uint32_t flags;
+	/* Edges per batch of ember_graph_buffer_next_batch's callers' choosing: unused;
+	 * 0. (Batch size is the cap the caller passes.) */
+	uint32_t reserved;
+	/* Bytes the buffer may hold: slots (partition_size x dim x 4 each), edge buckets
+	 * (12 bytes per edge) and their views (8 bytes per edge + 8 per node per bucket),
+	 * and the shuffled examples (8 bytes per edge of a state). Open fails with
+	 * EMBER_ENOSPC if c slots do not fit; fewer prefetch slots are used when they
+	 * do not all fit; set_plan fails with EMBER_ENOSPC if a plan's edges do not.
+	 * 0: no limit. */
+	uint64_t memory_budget;
+	/* Seed of the example shuffles. */
+	uint64_t seed;
+} ember_graph_buffer_options;
+
+#define EMBER_GRAPH_BUFFER_NO_PREFETCH UINT32_MAX
+
+void ember_graph_buffer_options_default(ember_graph_buffer_options *opts);
+
+/* Counters since open (ember_graph_buffer_stats_get). */
+typedef struct ember_graph_buffer_stats {
+	uint64_t states;             /* states entered */
+	uint64_t partitions_loaded;  /* partitions made resident (read or reclaimed) */
+	uint64_t partitions_read;    /* of which read from the store */
+	uint64_t partitions_reclaimed;/* found still in memory after their eviction */
+	uint64_t partitions_written; /* dirty evictions and flushes written back */
+	uint64_t clean_evictions;    /* evictions that wrote nothing */
+	uint64_t reads_after_write;  /* loads that waited for their own write-back */
+	uint64_t buckets_read;
+	uint64_t bytes_read;         /* node data and edges read from the store */
+	uint64_t bytes_written;      /* node data written back */
+	uint64_t memory_bytes;       /* what the buffer holds now */
+	uint64_t memory_peak;
+	uint32_t slots;              /* c + prefetch slots in use */
+	uint32_t reserved;
+	double wait_seconds;         /* trainer time in next_state waiting for I/O */
+	double read_seconds;         /* background time spent in reads */
+	double write_seconds;        /* background time spent in writes */
+} ember_graph_buffer_stats;
+
+/* Open a buffer on g (it starts empty). EMBER_ENOSPC: see memory_budget. */
+int ember_graph_buffer_open(ember_graph *g, const ember_graph_buffer_options *opts,
+			    ember_graph_buffer **b);
+
+/* Write back every dirty partition, stop the background threads and free the
+ * buffer. Returns the first background error, if any. Accepts NULL. */
+int ember_graph_buffer_close(ember_graph_buffer *b);
+
+/*
+ * Give the buffer the next epoch's plan (copied). Valid when no plan is set or the
+ * previous one has run out (next_state returned EMBER_ENOTFOUND); EMBER_ESTATE
+ * otherwise. EMBER_EINVAL for a plan that does not match the graph and buffer (a
+ * state with repeated or out-of-range partitions, a bucket assigned to a state that
+ * lacks one of its partitions). The first state starts loading at once.
+ */
+int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *plan);
+
+/* The current state, as next_state leaves it. Pointers stay valid until the next
+ * next_state or close. */
+typedef struct ember_graph_state {
+	uint32_t index;              /* in the plan */
+	uint32_t capacity;
+	const uint32_t *partitions;  /* capacity ids, in slot order */
+	uint64_t examples;           /* edges (or training nodes) this state yields */
+} ember_graph_state;
+
+/*
+ * Move to the plan's next state: evict the partitions it lacks (writing back the
+ * dirty ones in the background), wait for its partitions and edges, then start
+ * reading the state after it. Fills *st (may be NULL). Returns EMBER_ENOTFOUND when
+ * the plan has no more states (the resident partitions stay), EMBER_ESTATE with no
+ * plan, or the first error a background read or write met (EMBER_EIO, a store
+ * error), after which the buffer only closes.
+ */
+int ember_graph_buffer_next_state(ember_graph_buffer *b, ember_graph_state *st);
+
+/*
+ * Training examples of the current state: the edges of the buckets assigned to it,
+ * in a shuffled order, up to cap per call. *n = 0 when the state has no more. Each
+ * edge of the epoch is returned exactly once.
+ */
+int ember_graph_buffer_next_batch(ember_graph_buffer *b, ember_graph_edge *out,
+				  size_t cap, size_t *n);
+
+/*
+ * Node classification: the training nodes (new ids) of the partitions this state
+ * is the first in the plan to hold, shuffled, up to cap per call; *n = 0 when done.
+ * Each training node of the epoch is returned exactly once.
+ */
+int ember_graph_buffer_next_nodes(ember_graph_buffer *b, uint64_t *out, size_t cap,
+				  size_t *n);
+
+/* ember_graph_buffer_update modes */
+enum {
+	EMBER_GRAPH_UPDATE_ADD = 0, /* row += value (scatter-add; repeated nodes add up) */
+	EMBER_GRAPH_UPDATE_SET = 1, /* row = value (the last of repeated nodes wins) */
+};
+
+/*
+ * Write n rows (n x dim floats) into the nodes given (new ids, each in a partition
+ * of the current state) and mark their partitions dirty. EMBER_EINVAL, with nothing
+ * written, if any node is not in the current state.
+ */
+int ember_graph_buffer_update(ember_graph_buffer *b, size_t n, const uint64_t *nodes,
+			      const float *rows, int mode);
+
+/* Copy the rows of n nodes of the current state into out (n x dim floats). */
+int ember_graph_buffer_gather(ember_graph_buffer *b, size_t n, const uint64_t *nodes,
+			      float *out);
+
+/* Write back every dirty resident partition and wait for all writes (they stay
+ * resident, clean). */
+int ember_graph_buffer_flush(ember_graph_buffer *b);
+
+int ember_graph_buffer_stats_get(ember_graph_buffer *b, ember_graph_buffer_stats *out);
+
+/*
+ * Sampling
+ * --------
+ * Multi-hop neighbourhood sampling over the edges the buffer holds in its current
+ * state (needs EMBER_GRAPH_BUFFER_ALL_EDGES). Roots are hop 0. Layer l samples the
+ * neighbours of the nodes of hop l only: a node reached again is not sampled again
+ * (its sample from an earlier layer is reused), and each node appears once in the
+ * output. Neighbours that are new at layer l form hop l + 1.
+ */
+
+/* ember_graph_sampler_options.direction: whose edges are a node's neighbours. */
+enum {
+	EMBER_GRAPH_SAMPLE_IN = 0,   /* sources of edges into the node (default) */
+	EMBER_GRAPH_SAMPLE_OUT = 1,  /* destinations of the node's edges */
+	EMBER_GRAPH_SAMPLE_BOTH = 2, /* both (a node linked both ways counts twice) */
+};
+
+typedef struct ember_graph_sampler_options {
+	uint32_t layers;                          /* 1 .. EMBER_GRAPH_MAX_LAYERS */
+	uint32_t fanouts[EMBER_GRAPH_MAX_LAYERS]; /* per layer; 0 means all neighbours */
+	uint32_t direction;                       /* EMBER_GRAPH_SAMPLE_* */
+	uint32_t reserved;
+	uint64_t seed;
+} ember_graph_sampler_options;
+
+void ember_graph_sampler_options_default(ember_graph_sampler_options *opts);
+
+/*
+ * One sample. Local ids index nodes[]. Arrays belong to the sampler and stay valid
+ * until its next run or close.
+ *   nodes[num_nodes]          unique new ids; roots first (in the order given, less
+ *                             repeats), then hop 1, hop 2, ...
+ *   hop_offsets[layers + 2]   hop h is nodes[hop_offsets[h] .. hop_offsets[h + 1])
+ *   edge_offsets[layers + 1]  layer l's edges are [edge_offsets[l], edge_offsets[l+1])
+ *   edge_dst[], edge_src[]    one sampled edge each: edge_dst is a node of hop l
+ *                             whose neighbourhood was sampled, edge_src the sampled
+ *                             neighbour (for SAMPLE_OUT it is the edge's head)
+ */
+typedef struct ember_graph_sample {
+	size_t num_nodes;
+	const uint64_t *nodes;
+	const size_t *hop_offsets;
+	const size_t *edge_offsets;
+	const uint32_t *edge_dst;
+	const uint32_t *edge_src;
+	uint32_t layers;
+	uint32_t reserved;
+} ember_graph_sample;
+
+int ember_graph_sampler_open(ember_graph_buffer *b, const ember_graph_sampler_options *opts,
+			     ember_graph_sampler **s);
+void ember_graph_sampler_close(ember_graph_sampler *s);
+
+/* Sample around n roots (new ids in the current state; EMBER_EINVAL otherwise, or
+ * without EMBER_GRAPH_BUFFER_ALL_EDGES). */
+int ember_graph_sampler_run(ember_graph_sampler *s, size_t n, const uint64_t *roots,
+			    ember_graph_sample *out);
+
+/*
+ * Gather the data of the last sample's nodes into staging (cap_rows rows of dim
+ * floats, e.g. pinned memory the caller then copies to the GPU), in local id order.
+ * EMBER_ERANGE if cap_rows < num_nodes.
+ */
+int ember_graph_sampler_gather(ember_graph_sampler *s, float *staging, size_t cap_rows);
+
 /* ==== end of import, buffer, examples, sampling ================================ */
 
 #ifdef __cplusplus

@@ -1,0 +1,1230 @@
+/*
+ * buffer.c - the partition buffer: c partition slots driven by a plan, with
+ * background reads of the next state and background write-back of dirty evictions.
+ *
+ * Design notes
+ * ------------
+ * Threads: the trainer (the caller of ember_graph_buffer_*), a reader and a writer
+ * (each with a store session of its own). One mutex (mu) guards every slot and
+ * bucket-entry field except the data arrays; three condition variables wake the
+ * reader (cv_reader), the writer (cv_writer) and whoever waits for I/O (cv_done).
+ *
+ * Slot states and their transitions (each names the function that makes it):
+ *
+ *   FREE --schedule_load--> LOADING --reader_run--> RESIDENT
+ *   RESIDENT --evict (clean, or READ_ONLY)--> FREE (valid: a clean copy stays)
+ *   RESIDENT --evict (dirty)--> FREE + writing --writer_run--> FREE (valid, clean)
+ *   RESIDENT --ember_graph_buffer_flush (dirty)--> RESIDENT + writing --writer_run-->
+ *       RESIDENT (clean)
+ *   FREE (valid, maybe writing) --schedule_load of the same partition--> LOADING
+ *       with need_read = false (a reclaim: no read)
+ *
+ * Invariants:
+ *   1. A slot's data changes only when (a) the reader fills a LOADING slot whose
+ *      writing flag is clear, or (b) the trainer updates a RESIDENT slot of the
+ *      current state. The writer reads data only while writing is set, and (a) and
+ *      (b) never happen to a slot that is writing: the reader skips LOADING slots
+ *      that are writing until the write ends, a reclaim of a partition being written
+ *      back waits the same way, and flush waits for its writes before returning.
+ *      So a read of a partition being written back waits for that write.
+ *   2. part_slot[P] names the one slot whose part is P (LOADING, RESIDENT, or a
+ *      valid FREE copy), or GRAPH_NONE. A slot taken for another partition first
+ *      clears the old partition's entry.
+ *   3. Every partition of the current state is RESIDENT in a slot; next_state
+ *      returns only when that holds and every bucket the state needs is READY.
+ *   4. Background reads only target slots outside the current state (prefetch) or
+ *      slots the trainer waits for (inside next_state), so the trainer never reads
+ *      data that is being filled.
+ *   5. Clean partitions are never written; dirty ones are written once per eviction
+ *      (or flush), and a write's data is what the trainer left at eviction.
+ *   6. Slot memory is nslots x slot_bytes, fixed at open; held buckets and the
+ *      example arrays are checked against memory_budget at set_plan (the union of a
+ *      state's and the next state's buckets, the peak of any two neighbours).
+ *
+ * Pipeline of next_state(k): evict what state k lacks (dirty ones go to the writer)
+ * -> schedule loads of what state k lacks (normally nothing: it was prefetched) ->
+ * wait -> schedule the loads of state k+1 into free slots (prefetch_slots extra
+ * ones) and its buckets -> build state k's examples. The reader takes every queued
+ * load at once and issues one ember_get_batch over all their chunks.
+ */
+#include "graph/graph_int.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "core/alloc.h"
+
+#define EX_SHIFT 40
+#define EX_MASK ((1ull << EX_SHIFT) - 1)
+
+/* ---- small helpers -------------------------------------------------------------- */
+
+static uint64_t rng_next(uint64_t *s)
+{
+	uint64_t r = ((s[1] * 5) << 7 | (s[1] * 5) >> 57) * 9, t = s[1] << 17;
+	s[2] ^= s[0];
+	s[3] ^= s[1];
+	s[1] ^= s[2];
+	s[0] ^= s[3];
+	s[2] ^= t;
+	s[3] = s[3] << 45 | s[3] >> 19;
+	return r;
+}
+
+static uint64_t rng_below(uint64_t *s, uint64_t n)
+{
+	return (uint64_t)(((unsigned __int128)rng_next(s) * n) >> 64);
+}
+
+static void mem_add(ember_graph_buffer *b, int64_t d)
+{
+	b->st.memory_bytes = (uint64_t)((int64_t)b->st.memory_bytes + d);
+	if (b->st.memory_bytes > b->st.memory_peak)
+		b->st.memory_peak = b->st.memory_bytes;
+}
+
+static uint64_t bucket_count(const ember_graph_buffer *b, uint32_t bucket)
+{
+	return b->g->counts[bucket];
+}
+
+/* Memory of a held bucket (edges, and views when the sampler needs them). */
+static uint64_t bucket_bytes(const ember_graph_buffer *b, uint32_t bucket)
+{
+	uint64_t n = bucket_count(b, bucket), bytes = n * GRAPH_EDGE_BYTES;
+	if (b->all_edges)
+		bytes += n * 4 + 4 * (graph_part_rows(&b->g->meta, bucket / b->p) + 1) +
+			 4 * (graph_part_rows(&b->g->meta, bucket % b->p) + 1);
+	return bytes;
+}
+
+static void bucket_free(ember_graph_buffer *b, struct bucket_ent *e)
+{
+	em_free(e->edges, 0);
+	em_free(e->csr_off, 0);
+	em_free(e->csc_off, 0);
+	em_free(e->csc_src, 0);
+	mem_add(b, -(int64_t)e->bytes);
+	b->bucket_ent[e->bucket] = GRAPH_NONE;
+	*e = (struct bucket_ent){.bucket = GRAPH_NONE};
+}
+
+static bool in_state(const ember_graph_buffer *b, int64_t k, uint32_t part)
+{
+	if (k < 0 || k >= b->nstates)
+		return false;
+	const uint32_t *s = b->states + (uint64_t)k * b->c;
+	for (uint32_t i = 0; i < b->c; i++)
+		if (s[i] == part)
+			return true;
+	return false;
+}
+
+/* Does state k need bucket (i, j) in memory? */
+static bool state_needs(const ember_graph_buffer *b, int64_t k, uint32_t bucket)
+{
+	if (k < 0 || k >= b->nstates || bucket_count(b, bucket) == 0)
+		return false;
+	if (b->all_edges)
+		return in_state(b, k, bucket / b->p) && in_state(b, k, bucket % b->p);
+	return b->bucket_state[bucket] == (uint32_t)k;
+}
+
+/* ---- the reader ------------------------------------------------------------------- */
+
+/* Is partition `part` being written back from some slot? (A read of it must wait.) */
+static bool part_writing(const ember_graph_buffer *b, uint32_t part)
+{
+	for (uint32_t i = 0; i < b->nslots; i++)
+		if (b->slots[i].writing && b->slots[i].write_part == part)
+			return true;
+	return false;
+}
+
+struct rd_item {
+	int is_bucket;
+	uint32_t idx;       /* slot or entry */
+	uint32_t first_key; /* its first chunk in the batch arrays */
+	uint32_t nkeys;
+};
+
+/* Build the CSR and CSC views of a loaded bucket (counting sort by dst). */
+static int bucket_views(ember_graph_buffer *b, struct bucket_ent *e)
+{
+	const struct graph_meta *m = &b->g->meta;
+	uint64_t ri = graph_part_rows(m, e->bucket / b->p), rj = graph_part_rows(m, e->bucket % b->p);
+	e->csr_off = em_zalloc((ri + 1) * 4);
+	e->csc_off = em_zalloc((rj + 2) * 4);
+	e->csc_src = em_alloc(e->count * 4 + 4);
+	if (!e->csr_off || !e->csc_off || !e->csc_src)
+		return EMBER_ENOMEM;
+	for (uint64_t x = 0; x < e->count; x++) {
+		uint32_t s = e->edges[3 * x], d = e->edges[3 * x + 2];
+		if (s >= ri || d >= rj)
+			return EMBER_ECORRUPT;
+		e->csr_off[s + 1]++;
+		e->csc_off[d + 2]++;
+	}
+	for (uint64_t s = 0; s < ri; s++)
+		e->csr_off[s + 1] += e->csr_off[s];
+	for (uint64_t d = 0; d < rj; d++)
+		e->csc_off[d + 2] += e->csc_off[d + 1];
+	/* csc_off[d + 1] is now the start of d; placing shifts it to d's end, which is
+	 * d + 1's start: csc_off[0 .. rj] ends up as the offsets */
+	for (uint64_t x = 0; x < e->count; x++) {
+		uint32_t d = e->edges[3 * x + 2];
+		e->csc_src[e->csc_off[d + 1]++] = e->edges[3 * x];
+	}
+	for (uint64_t x = 1; x < e->count; x++)
+		if (e->edges[3 * x] < e->edges[3 * (x - 1)])
+			return EMBER_ECORRUPT; /* the CSR view needs src order */
+	return 0;
+}
+
+static void *reader_main(void *arg)
+{
+	ember_graph_buffer *b = arg;
+	ember_graph *g = b->g;
+	const struct graph_meta *m = &g->meta;
+	ember_session *s = NULL;
+	int rc = ember_session_open(g->db, &s);
+	pthread_mutex_lock(&b->mu);
+	b->ready++;
+	if (rc < 0 && !b->error)
+		b->error = rc;
+	pthread_cond_broadcast(&b->cv_done);
+	struct rd_item *items = NULL;
+	size_t items_cap = 0, keys_cap = 0;
+	uint8_t *keybuf = NULL;
+	const void **keys = NULL;
+	size_t *klens = NULL, *caps = NULL, *vlens = NULL;
+	void **bufs = NULL;
+	int *status = NULL;
+	while (!b->stop && rc == 0) {
+		/* take every queued load whose slot is not being written */
+		size_t ni = 0, nk = 0;
+		for (int pass = 0; pass < 2; pass++) {
+			ni = nk = 0;
+			for (uint32_t i = 0; i < b->nslots; i++) {
+				struct slot *sl = &b->slots[i];
+				if (!sl->load_queued || sl->writing ||
+				    (sl->need_read && part_writing(b, sl->part)))
+					continue;
+				if (pass) {
+					items[ni] = (struct rd_item){0, i, (uint32_t)nk, 0};
+					sl->load_queued = false;
+					if (sl->need_read)
+						items[ni].nkeys = graph_chunks(graph_part_rows(m, sl->part),
+									       m->rows_per_chunk);
+				} else if (sl->need_read) {
+					nk += graph_chunks(graph_part_rows(m, sl->part), m->rows_per_chunk);
+				}
+				if (pass)
+					nk += items[ni].nkeys;
+				ni++;
+			}
+			for (uint32_t i = 0; i < b->nents; i++) {
+				struct bucket_ent *e = &b->ents[i];
+				if (!e->load_queued)
+					continue;
+				uint32_t n = graph_chunks(e->count, m->edges_per_chunk);
+				if (pass) {
+					items[ni] = (struct rd_item){1, i, (uint32_t)nk, n};
+					e->load_queued = false;
+				}
+				nk += n;
+				ni++;
+			}
+			if (pass == 0) {
+				if (ni == 0)
+					break;
+				if (ni > items_cap || nk > keys_cap) {
+					/* grow outside nothing: allocation under the lock is short */
+					size_t icap = ni * 2, kcap = nk * 2 + 16;
+					struct rd_item *it = em_alloc(icap * sizeof(*it));
+					uint8_t *kb = em_alloc(kcap * GRAPH_KEY_MAX);
+					void *arr = em_alloc(kcap * (2 * sizeof(void *) +
+								      3 * sizeof(size_t) + sizeof(int)));
+					if (!it || !kb || !arr) {
+						em_free(it, 0);
+						em_free(kb, 0);
+						em_free(arr, 0);
+						rc = EMBER_ENOMEM;
+						break;
+					}
+					em_free(items, 0);
+					em_free(keybuf, 0);
+					em_free(keys, 0);
+					items = it;
+					keybuf = kb;
+					keys = arr;
+					bufs = (void **)(keys + kcap);
+					klens = (size_t *)(bufs + kcap);
+					caps = klens + kcap;
+					vlens = caps + kcap;
+					status = (int *)(vlens + kcap);
+					items_cap = icap;
+					keys_cap = kcap;
+				}
+			}
+		}
+		if (rc < 0)
+			break;
+		if (ni == 0) {
+			pthread_cond_wait(&b->cv_reader, &b->mu);
+			continue;
+		}
+		/* allocate bucket memory and build the keys, still under the lock (the
+		 * entries' buckets and the slots' partitions cannot change meanwhile
+		 * anyway: they are LOADING) */
+		for (size_t t = 0; t < ni && rc == 0; t++) {
+			struct rd_item *it = &items[t];
+			uint32_t a, bb, kind, per;
+			uint8_t *dst;
+			uint64_t bytes;
+			if (it->is_bucket) {
+				struct bucket_ent *e = &b->ents[it->idx];
+				e->edges = em_alloc(e->count * GRAPH_EDGE_BYTES);
+				if (!e->edges) {
+					rc = EMBER_ENOMEM;
+					break;
+				}
+				kind = GK_EDGES;
+				a = e->bucket / b->p;
+				bb = e->bucket % b->p;
+				dst = (uint8_t *)e->edges;
+				bytes = e->count * GRAPH_EDGE_BYTES;
+				per = m->edges_per_chunk * GRAPH_EDGE_BYTES;
+			} else {
+				struct slot *sl = &b->slots[it->idx];
+				kind = GK_NODES;
+				a = sl->part;
+				bb = 0;
+				dst = (uint8_t *)sl->data;
+				bytes = graph_part_rows(m, sl->part) * b->dim * 4;
+				per = m->rows_per_chunk * b->dim * 4;
+			}
+			for (uint32_t c = 0; c < it->nkeys; c++) {
+				uint32_t k = it->first_key + c;
+				uint8_t *kp = keybuf + (size_t)k * GRAPH_KEY_MAX;
+				klens[k] = graph_key(kp, g->name, g->name_len, (int)kind, a, bb, c);
+				keys[k] = kp;
+				bufs[k] = dst + (uint64_t)c * per;
+				uint64_t left = bytes - (uint64_t)c * per;
+				caps[k] = left < per ? left : per;
+			}
+		}
+		if (rc < 0)
+			break;
+		pthread_mutex_unlock(&b->mu);
+		double t0 = graph_now();
+		rc = nk ? ember_get_batch(s, nk, (const void *const *)keys, klens,
+					  (void *const *)bufs, caps, vlens, status)
+			: 0;
+		for (size_t k = 0; k < nk && rc == 0; k++) {
+			if (status[k] == EMBER_ENOTFOUND || status[k] == EMBER_ERANGE ||
+			    (status[k] == 0 && vlens[k] != caps[k]))
+				rc = EMBER_ECORRUPT;
+			else if (status[k] < 0)
+				rc = status[k];
+		}
+		uint64_t bytes = 0;
+		for (size_t k = 0; k < nk; k++)
+			bytes += caps[k];
+		for (size_t t = 0; t < ni && rc == 0 && b->all_edges; t++)
+			if (items[t].is_bucket)
+				rc = bucket_views(b, &b->ents[items[t].idx]);
+		double t1 = graph_now();
+		pthread_mutex_lock(&b->mu);
+		b->st.read_seconds += t1 - t0;
+		if (rc < 0)
+			break;
+		b->st.bytes_read += bytes;
+		for (size_t t = 0; t < ni; t++) {
+			if (items[t].is_bucket) {
+				struct bucket_ent *e = &b->ents[items[t].idx];
+				e->state = BK_READY;
+				b->st.buckets_read++;
+			} else {
+				struct slot *sl = &b->slots[items[t].idx];
+				sl->state = SLOT_RESIDENT;
+				sl->valid = true;
+				sl->dirty = false;
+				b->st.partitions_loaded++;
+				if (sl->need_read)
+					b->st.partitions_read++;
+				else
+					b->st.partitions_reclaimed++;
+			}
+		}
+		pthread_cond_broadcast(&b->cv_done);
+	}
+	if (rc < 0 && !b->error)
+		b->error = rc;
+	pthread_cond_broadcast(&b->cv_done);
+	pthread_mutex_unlock(&b->mu);
+	em_free(items, 0);
+	em_free(keybuf, 0);
+	em_free(keys, 0);
+	ember_session_close(s);
+	return NULL;
+}
+
+/* ---- the writer ------------------------------------------------------------------- */
+
+static void *writer_main(void *arg)
+{
+	ember_graph_buffer *b = arg;
+	ember_graph *g = b->g;
+	const struct graph_meta *m = &g->meta;
+	ember_session *s = NULL;
+	int rc = ember_session_open(g->db, &s);
+	uint32_t per_slot = graph_chunks(b->ps, m->rows_per_chunk);
+	size_t kcap = (size_t)per_slot * b->nslots + 1;
+	uint8_t *keybuf = em_alloc(kcap * GRAPH_KEY_MAX);
+	void *arr = em_alloc(kcap * (2 * sizeof(void *) + 2 * sizeof(size_t) + sizeof(int)));
+	uint32_t *taken = em_alloc(b->nslots * sizeof(uint32_t));
+	if (rc == 0 && (!keybuf || !arr || !taken))
+		rc = EMBER_ENOMEM;
+	const void **keys = arr;
+	const void **vals = keys + kcap;
+	size_t *klens = (size_t *)(vals + kcap), *vlens = klens + kcap;
+	int *status = (int *)(vlens + kcap);
+	pthread_mutex_lock(&b->mu);
+	b->ready++;
+	if (rc < 0 && !b->error)
+		b->error = rc;
+	pthread_cond_broadcast(&b->cv_done);
+	while (!b->stop && rc == 0) {
+		uint32_t nt = 0;
+		size_t nk = 0;
+		for (uint32_t i = 0; i < b->nslots; i++) {
+			struct slot *sl = &b->slots[i];
+			if (!sl->write_queued)
+				continue;
+			sl->write_queued = false;
+			taken[nt++] = i;
+			uint64_t rows = graph_part_rows(m, sl->write_part);
+			uint32_t per = m->rows_per_chunk * b->dim * 4;
+			for (uint32_t c = 0; c < graph_chunks(rows, m->rows_per_chunk); c++) {
+				uint8_t *kp = keybuf + nk * GRAPH_KEY_MAX;
+				klens[nk] = graph_key(kp, g->name, g->name_len, GK_NODES, sl->write_part, 0, c);
+				keys[nk] = kp;
+				vals[nk] = (uint8_t *)sl->data + (uint64_t)c * per;
+				uint64_t left = rows * b->dim * 4 - (uint64_t)c * per;
+				vlens[nk] = left < per ? left : per;
+				nk++;
+			}
+		}
+		if (nt == 0) {
+			pthread_cond_wait(&b->cv_writer, &b->mu);
+			continue;
+		}
+		pthread_mutex_unlock(&b->mu);
+		double t0 = graph_now();
+		rc = nk ? ember_put_batch(s, nk, (const void *const *)keys, klens,
+					  (const void *const *)vals, vlens, status)
+			: 0;
+		uint64_t bytes = 0;
+		for (size_t k = 0; k < nk; k++) {
+			if (rc == 0 && status[k] < 0)
+				rc = status[k];
+			bytes += vlens[k];
+		}
+		double t1 = graph_now();
+		pthread_mutex_lock(&b->mu);
+		b->st.write_seconds += t1 - t0;
+		if (rc < 0)
+			break;
+		b->st.bytes_written += bytes;
+		for (uint32_t t = 0; t < nt; t++) {
+			struct slot *sl = &b->slots[taken[t]];
+			sl->writing = false;
+			sl->dirty = false;
+			b->st.partitions_written++;
+		}
+		pthread_cond_broadcast(&b->cv_done);
+		pthread_cond_signal(&b->cv_reader); /* loads that waited for these writes */
+	}
+	if (rc < 0 && !b->error)
+		b->error = rc;
+	pthread_cond_broadcast(&b->cv_done);
+	pthread_mutex_unlock(&b->mu);
+	em_free(keybuf, 0);
+	em_free(arr, 0);
+	em_free(taken, 0);
+	ember_session_close(s);
+	return NULL;
+}
+
+/* ---- scheduling (trainer thread, under mu) ---------------------------------------- */
+
+/* Make partition `part` LOADING or RESIDENT. Uses only slots that hold no partition
+ * of state `keep` (the current state) and are not LOADING/RESIDENT. Returns false
+ * when no slot is free. */
+static bool schedule_load(ember_graph_buffer *b, uint32_t part)
+{
+	uint32_t i = b->part_slot[part];
+	if (i != GRAPH_NONE) {
+		struct slot *sl = &b->slots[i];
+		if (sl->state != SLOT_FREE)
+			return true; /* already LOADING or RESIDENT */
+		if (sl->valid) {
+			/* a reclaim; the reader waits for a write in flight (invariant 1) */
+			sl->state = SLOT_LOADING;
+			sl->need_read = false;
+			sl->load_queued = true;
+			if (sl->writing)
+				b->st.reads_after_write++;
+			return true;
+		}
+	}
+	/* prefer an empty slot, then a clean copy, then one still being written */
+	uint32_t best = GRAPH_NONE;
+	int best_rank = 3;
+	for (uint32_t s = 0; s < b->nslots; s++) {
+		struct slot *sl = &b->slots[s];
+		if (sl->state != SLOT_FREE)
+			continue;
+		int rank = sl->writing ? 2 : sl->valid ? 1 : 0;
+		if (rank < best_rank) {
+			best_rank = rank;
+			best = s;
+		}
+	}
+	if (best == GRAPH_NONE)
+		return false;
+	struct slot *sl = &b->slots[best];
+	if (sl->part != GRAPH_NONE && b->part_slot[sl->part] == best)
+		b->part_slot[sl->part] = GRAPH_NONE;
+	sl->part = part;
+	sl->valid = false;
+	sl->dirty = false;
+	sl->state = SLOT_LOADING;
+	sl->need_read = true;
+	sl->load_queued = true;
+	b->part_slot[part] = best;
+	if (part_writing(b, part))
+		b->st.reads_after_write++;
+	return true;
+}
+
+static int schedule_bucket(ember_graph_buffer *b, uint32_t bucket)
+{
+	if (b->bucket_ent[bucket] != GRAPH_NONE)
+		return 0;
+	for (uint32_t i = 0; i < b->nents; i++) {
+		struct bucket_ent *e = &b->ents[i];
+		if (e->bucket != GRAPH_NONE)
+			continue;
+		*e = (struct bucket_ent){.bucket = bucket, .state = BK_LOADING, .load_queued = true,
+					 .count = bucket_count(b, bucket),
+					 .bytes = bucket_bytes(b, bucket)};
+		mem_add(b, (int64_t)e->bytes);
+		b->bucket_ent[bucket] = i;
+		return 0;
+	}
+	return EMBER_ENOSPC; /* cannot happen: 2 c^2 entries cover two states */
+}
+
+/* Schedule what state k needs; partitions only as far as slots allow. */
+static int schedule_state(ember_graph_buffer *b, int64_t k, bool all)
+{
+	const uint32_t *s = b->states + (uint64_t)k * b->c;
+	for (uint32_t i = 0; i < b->c; i++)
+		if (!schedule_load(b, s[i]) && all)
+			return EMBER_ENOSPC; /* cannot happen: c slots are free of other states */
+	for (uint32_t i = 0; i < b->c; i++)
+		for (uint32_t j = 0; j < b->c; j++) {
+			uint32_t bk = s[i] * b->p + s[j];
+			if (state_needs(b, k, bk)) {
+				int rc = schedule_bucket(b, bk);
+				if (rc < 0)
+					return rc;
+			}
+		}
+	pthread_cond_signal(&b->cv_reader);
+	return 0;
+}
+
+static bool state_ready(ember_graph_buffer *b, int64_t k)
+{
+	const uint32_t *s = b->states + (uint64_t)k * b->c;
+	for (uint32_t i = 0; i < b->c; i++) {
+		uint32_t sl = b->part_slot[s[i]];
+		if (sl == GRAPH_NONE || b->slots[sl].state != SLOT_RESIDENT)
+			return false;
+	}
+	for (uint32_t i = 0; i < b->c; i++)
+		for (uint32_t j = 0; j < b->c; j++) {
+			uint32_t bk = s[i] * b->p + s[j];
+			if (state_needs(b, k, bk) &&
+			    (b->bucket_ent[bk] == GRAPH_NONE ||
+			     b->ents[b->bucket_ent[bk]].state != BK_READY))
+				return false;
+		}
+	return true;
+}
+
+/* ---- open / close ---------------------------------------------------------------- */
+
+void ember_graph_buffer_options_default(ember_graph_buffer_options *o)
+{
+	if (!o)
+		return;
+	memset(o, 0, sizeof(*o));
+	o->prefetch_slots = 1;
+}
+
+static void buffer_free(ember_graph_buffer *b)
+{
+	if (b->slots)
+		for (uint32_t i = 0; i < b->nslots; i++)
+			em_free(b->slots[i].data, 0);
+	if (b->ents)
+		for (uint32_t i = 0; i < b->nents; i++) {
+			em_free(b->ents[i].edges, 0);
+			em_free(b->ents[i].csr_off, 0);
+			em_free(b->ents[i].csc_off, 0);
+			em_free(b->ents[i].csc_src, 0);
+		}
+	em_free(b->slots, 0);
+	em_free(b->part_slot, 0);
+	em_free(b->ents, 0);
+	em_free(b->bucket_ent, 0);
+	em_free(b->states, 0);
+	em_free(b->bucket_state, 0);
+	em_free(b->first_state, 0);
+	em_free(b->cur_parts, 0);
+	em_free(b->part_pos, 0);
+	em_free(b->cur_data, 0);
+	em_free(b->cur_bk, 0);
+	em_free(b->examples, 0);
+	em_free(b->train_all, 0);
+	em_free(b->train_off, 0);
+	em_free(b->nodes_ex, 0);
+	pthread_mutex_destroy(&b->mu);
+	pthread_cond_destroy(&b->cv_reader);
+	pthread_cond_destroy(&b->cv_writer);
+	pthread_cond_destroy(&b->cv_done);
+	em_free(b, sizeof(*b));
+}
+
+static void buffer_stop(ember_graph_buffer *b)
+{
+	if (!b->threads_started)
+		return;
+	pthread_mutex_lock(&b->mu);
+	b->stop = true;
+	pthread_cond_broadcast(&b->cv_reader);
+	pthread_cond_broadcast(&b->cv_writer);
+	pthread_mutex_unlock(&b->mu);
+	pthread_join(b->reader, NULL);
+	pthread_join(b->writer, NULL);
+	b->threads_started = false;
+}
+
+/* Read every partition's training nodes (local ids) into train_all. */
+static int load_train(ember_graph_buffer *b)
+{
+	ember_graph *g = b->g;
+	const struct graph_meta *m = &g->meta;
+	b->train_off = em_zalloc(((size_t)b->p + 1) * 8);
+	if (!b->train_off)
+		return EMBER_ENOMEM;
+	for (uint32_t i = 0; i < b->p; i++)
+		b->train_off[i + 1] = b->train_off[i] +
+				      (m->train_nodes ? g->train_counts[i] : 0);
+	if (!m->train_nodes)
+		return 0;
+	b->train_all = em_alloc(m->train_nodes * 4);
+	if (!b->train_all)
+		return EMBER_ENOMEM;
+	ember_session *s = NULL;
+	int rc = ember_session_open(g->db, &s);
+	for (uint32_t i = 0; i < b->p && rc == 0; i++)
+		rc = graph_read_chunks(g, s, GK_TRAIN, i, 0, b->train_all + b->train_off[i],
+				       g->train_counts[i] * 4, m->train_per_chunk * 4);
+	ember_session_close(s);
+	for (uint32_t i = 0; i < b->p && rc == 0; i++)
+		for (uint64_t x = b->train_off[i]; x < b->train_off[i + 1]; x++)
+			if (b->train_all[x] >= graph_part_rows(m, i))
+				rc = EMBER_ECORRUPT;
+	return rc;
+}
+
+int ember_graph_buffer_open(ember_graph *g, const ember_graph_buffer_options *opts,
+			    ember_graph_buffer **out)
+{
+	if (out)
+		*out = NULL;
+	if (!g || !opts || !out)
+		return EMBER_EINVAL;
+	const struct graph_meta *m = &g->meta;
+	if (opts->capacity == 0 || opts->capacity > m->partitions ||
+	    (opts->flags & ~(EMBER_GRAPH_BUFFER_READ_ONLY | EMBER_GRAPH_BUFFER_ALL_EDGES)) ||
+	    opts->reserved)
+		return EMBER_EINVAL;
+	ember_graph_buffer *b = em_zalloc(sizeof(*b));
+	if (!b)
+		return EMBER_ENOMEM;
+	int rc = 0;
+	pthread_mutex_init(&b->mu, NULL);
+	pthread_cond_init(&b->cv_reader, NULL);
+	pthread_cond_init(&b->cv_writer, NULL);
+	pthread_cond_init(&b->cv_done, NULL);
+	b->g = g;
+	b->o = *opts;
+	b->p = m->partitions;
+	b->c = opts->capacity;
+	b->dim = m->dim;
+	b->ps = m->partition_size;
+	b->slot_bytes = b->ps * b->dim * 4;
+	b->budget = opts->memory_budget;
+	b->all_edges = opts->flags & EMBER_GRAPH_BUFFER_ALL_EDGES;
+	b->read_only = opts->flags & EMBER_GRAPH_BUFFER_READ_ONLY;
+	uint32_t extra = opts->prefetch_slots == EMBER_GRAPH_BUFFER_NO_PREFETCH ? 0
+			 : opts->prefetch_slots ? opts->prefetch_slots : 1;
+	if (extra > b->p - b->c)
+		extra = b->p - b->c;
+	if (b->budget) {
+		if (b->slot_bytes * b->c > b->budget) {
+			rc = EMBER_ENOSPC;
+			goto undo_buffer;
+		}
+		uint64_t fit = (b->budget - b->slot_bytes * b->c) / (b->slot_bytes ? b->slot_bytes : 1);
+		if (extra > fit)
+			extra = (uint32_t)fit;
+	}
+	b->nslots = b->c + extra;
+	b->nents = 2 * b->c * b->c;
+	uint64_t pp = (uint64_t)b->p * b->p;
+	b->slots = em_zalloc(b->nslots * sizeof(*b->slots));
+	b->part_slot = em_alloc(b->p * 4);
+	b->ents = em_zalloc(b->nents * sizeof(*b->ents));
+	b->bucket_ent = em_alloc(pp * 4);
+	b->cur_parts = em_alloc(b->c * 4);
+	b->part_pos = em_alloc(b->p * 4);
+	b->cur_data = em_zalloc(b->c * sizeof(float *));
+	b->cur_bk = em_zalloc((size_t)b->c * b->c * sizeof(void *));
+	if (!b->slots || !b->part_slot || !b->ents || !b->bucket_ent || !b->cur_parts ||
+	    !b->part_pos || !b->cur_data || !b->cur_bk) {
+		rc = EMBER_ENOMEM;
+		goto undo_buffer;
+	}
+	for (uint32_t i = 0; i < b->p; i++) {
+		b->part_slot[i] = GRAPH_NONE;
+		b->part_pos[i] = -1;
+	}
+	for (uint64_t i = 0; i < pp; i++)
+		b->bucket_ent[i] = GRAPH_NONE;
+	for (uint32_t i = 0; i < b->nents; i++)
+		b->ents[i].bucket = GRAPH_NONE;
+	for (uint32_t i = 0; i < b->nslots; i++) {
+		b->slots[i].part = GRAPH_NONE;
+		b->slots[i].data = em_alloc(b->slot_bytes ? b->slot_bytes : 4);
+		if (!b->slots[i].data) {
+			rc = EMBER_ENOMEM;
+			goto undo_buffer;
+		}
+	}
+	b->st.slots = b->nslots;
+	mem_add(b, (int64_t)(b->slot_bytes * b->nslots));
+	uint64_t x = opts->seed ^ 0x243f6a8885a308d3ull;
+	for (int i = 0; i < 4; i++) {
+		x += 0x9e3779b97f4a7c15ull;
+		uint64_t z = x;
+		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+		z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+		b->rng[i] = z ^ (z >> 31);
+	}
+	rc = load_train(b);
+	if (rc < 0)
+		goto undo_buffer;
+	b->cur = -1;
+	rc = pthread_create(&b->reader, NULL, reader_main, b);
+	if (rc) {
+		rc = -rc;
+		goto undo_buffer;
+	}
+	rc = pthread_create(&b->writer, NULL, writer_main, b);
+	if (rc) {
+		rc = -rc;
+		pthread_mutex_lock(&b->mu);
+		b->stop = true;
+		pthread_cond_broadcast(&b->cv_reader);
+		pthread_mutex_unlock(&b->mu);
+		pthread_join(b->reader, NULL);
+		goto undo_buffer;
+	}
+	b->threads_started = true;
+	pthread_mutex_lock(&b->mu);
+	while (b->ready < 2)
+		pthread_cond_wait(&b->cv_done, &b->mu);
+	rc = b->error;
+	pthread_mutex_unlock(&b->mu);
+	if (rc < 0)
+		goto undo_threads;
+	atomic_fetch_add_explicit(&g->buffers, 1, memory_order_relaxed); /* relaxed: a use count */
+	*out = b;
+	return 0;
+
+undo_threads:
+	buffer_stop(b);
+undo_buffer:
+	buffer_free(b);
+	return rc;
+}
+
+/* Queue every dirty RESIDENT slot for writing and wait for all writes (under mu). */
+static int flush_locked(ember_graph_buffer *b)
+{
+	if (!b->read_only)
+		for (uint32_t i = 0; i < b->nslots; i++) {
+			struct slot *sl = &b->slots[i];
+			if (sl->state == SLOT_RESIDENT && sl->dirty && !sl->writing) {
+				sl->writing = true;
+				sl->write_part = sl->part;
+				sl->write_queued = true;
+			}
+		}
+	pthread_cond_signal(&b->cv_writer);
+	for (;;) {
+		bool busy = false;
+		for (uint32_t i = 0; i < b->nslots; i++)
+			busy |= b->slots[i].writing;
+		if (!busy || b->error)
+			break;
+		pthread_cond_wait(&b->cv_done, &b->mu);
+	}
+	return b->error;
+}
+
+int ember_graph_buffer_flush(ember_graph_buffer *b)
+{
+	if (!b)
+		return EMBER_EINVAL;
+	pthread_mutex_lock(&b->mu);
+	int rc = flush_locked(b);
+	pthread_mutex_unlock(&b->mu);
+	return rc;
+}
+
+int ember_graph_buffer_close(ember_graph_buffer *b)
+{
+	if (!b)
+		return 0;
+	pthread_mutex_lock(&b->mu);
+	/* loads in flight finish first (their slots may be flushed afterwards) */
+	for (;;) {
+		bool busy = false;
+		for (uint32_t i = 0; i < b->nslots; i++)
+			busy |= b->slots[i].state == SLOT_LOADING;
+		for (uint32_t i = 0; i < b->nents; i++)
+			busy |= b->ents[i].state == BK_LOADING;
+		if (!busy || b->error)
+			break;
+		pthread_cond_wait(&b->cv_done, &b->mu);
+	}
+	int rc = flush_locked(b);
+	pthread_mutex_unlock(&b->mu);
+	buffer_stop(b);
+	atomic_fetch_sub_explicit(&b->g->buffers, 1, memory_order_relaxed); /* relaxed: a use count */
+	buffer_free(b);
+	return rc;
+}
+
+/* ---- plans ------------------------------------------------------------------------ */
+
+static uint64_t part_examples(const ember_graph_buffer *b, uint32_t part)
+{
+	if (b->g->meta.train_nodes)
+		return b->train_off[part + 1] - b->train_off[part];
+	return graph_part_rows(&b->g->meta, part);
+}
+
+int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *plan)
+{
+	if (!b || !plan || !plan->states || !plan->bucket_state || plan->num_states == 0 ||
+	    plan->partitions != b->p || plan->capacity != b->c)
+		return EMBER_EINVAL;
+	uint32_t p = b->p, c = b->c, ns = plan->num_states;
+	uint64_t pp = (uint64_t)p * p;
+	size_t words = (p + 63) / 64;
+	int rc = 0;
+	pthread_mutex_lock(&b->mu);
+	if (b->have_plan) {
+		pthread_mutex_unlock(&b->mu);
+		return EMBER_ESTATE;
+	}
+	pthread_mutex_unlock(&b->mu);
+	/* only the trainer thread calls set_plan and next_state, so the plan fields may
+	 * be built outside the lock; the background threads never read them */
+	uint64_t *member = em_zalloc((size_t)ns * words * 8);
+	uint32_t *states = em_alloc((size_t)ns * c * 4);
+	uint32_t *bstate = em_alloc(pp * 4);
+	uint32_t *first = em_alloc((size_t)p * 4);
+	uint64_t *ex_count = em_zalloc((size_t)ns * 8), *ex_bytes = em_zalloc((size_t)ns * 8);
+	if (!member || !states || !bstate || !first || !ex_count || !ex_bytes) {
+		rc = EMBER_ENOMEM;
+		goto undo_mem;
+	}
+	memcpy(states, plan->states, (size_t)ns * c * 4);
+	memcpy(bstate, plan->bucket_state, pp * 4);
+	for (uint32_t i = 0; i < p; i++)
+		first[i] = GRAPH_NONE;
+	for (uint32_t k = 0; k < ns; k++) {
+		uint64_t *mk = member + (size_t)k * words;
+		for (uint32_t i = 0; i < c; i++) {
+			uint32_t x = states[(size_t)k * c + i];
+			if (x >= p || (mk[x / 64] >> (x % 64) & 1)) {
+				rc = EMBER_EINVAL;
+				goto undo_mem;
+			}
+			mk[x / 64] |= 1ull << (x % 64);
+			if (first[x] == GRAPH_NONE)
+				first[x] = k;
+		}
+	}
+	for (uint64_t bk = 0; bk < pp; bk++) {
+		uint32_t k = bstate[bk], i = (uint32_t)(bk / p), j = (uint32_t)(bk % p);
+		if (k == EMBER_GRAPH_NO_STATE)
+			continue;
+		const uint64_t *mk = member + (size_t)k * words;
+		if (k >= ns || !(mk[i / 64] >> (i % 64) & 1) || !(mk[j / 64] >> (j % 64) & 1)) {
+			rc = EMBER_EINVAL;
+			goto undo_mem;
+		}
+		ex_count[k] += b->g->counts[bk];
+		ex_bytes[k] += bucket_bytes(b, bk);
+	}
+	/* memory: the largest two-neighbour union of held buckets, plus the example
+	 * arrays sized for the largest state */
+	uint64_t max_ex = 0, max_nodes = 0, max_union = 0;
+	for (uint32_t k = 0; k < ns; k++) {
+		uint64_t nodes = 0;
+		for (uint32_t i = 0; i < c; i++)
+			if (first[states[(size_t)k * c + i]] == k)
+				nodes += part_examples(b, states[(size_t)k * c + i]);
+		if (nodes > max_nodes)
+			max_nodes = nodes;
+		if (ex_count[k] > max_ex)
+			max_ex = ex_count[k];
+		uint64_t u;
+		if (!b->all_edges) {
+			u = ex_bytes[k] + (k + 1 < ns ? ex_bytes[k + 1] : 0);
+		} else {
+			const uint32_t *s = states + (size_t)k * c;
+			const uint64_t *mn = k + 1 < ns ? member + (size_t)(k + 1) * words : NULL;
+			u = 0;
+			for (uint32_t a = 0; a < c; a++)
+				for (uint32_t d = 0; d < c; d++)
+					u += bucket_bytes(b, s[a] * p + s[d]);
+			if (mn) {
+				const uint32_t *t = states + (size_t)(k + 1) * c;
+				const uint64_t *mk = member + (size_t)k * words;
+				for (uint32_t a = 0; a < c; a++)
+					for (uint32_t d = 0; d < c; d++) {
+						uint32_t x = t[a], y = t[d];
+						bool both_old = (mk[x / 64] >> (x % 64) & 1) &&
+								(mk[y / 64] >> (y % 64) & 1);
+						if (!both_old)
+							u += bucket_bytes(b, x * p + y);
+					}
+			}
+		}
+		if (u > max_union)
+			max_union = u;
+	}
+	if (b->budget && b->slot_bytes * b->nslots + max_union + 8 * (max_ex + max_nodes) > b->budget) {
+		rc = EMBER_ENOSPC;
+		goto undo_mem;
+	}
+	if (max_ex > b->ex_cap) {
+		uint64_t *ex = em_alloc(max_ex * 8);
+		if (!ex) {
+			rc = EMBER_ENOMEM;
+			goto undo_mem;
+		}
+		em_free(b->examples, 0);
+		pthread_mutex_lock(&b->mu);
+		mem_add(b, (int64_t)(max_ex - b->ex_cap) * 8);
+		pthread_mutex_unlock(&b->mu);
+		b->examples = ex;
+		b->ex_cap = max_ex;
+		b->nexamples = b->ex_pos = 0;
+	}
+	if (max_nodes > b->nodes_cap) {
+		uint64_t *nx = em_alloc(max_nodes * 8);
+		if (!nx) {
+			rc = EMBER_ENOMEM;
+			goto undo_mem;
+		}
+		em_free(b->nodes_ex, 0);
+		pthread_mutex_lock(&b->mu);
+		mem_add(b, (int64_t)(max_nodes - b->nodes_cap) * 8);
+		pthread_mutex_unlock(&b->mu);
+		b->nodes_ex = nx;
+		b->nodes_cap = max_nodes;
+		b->nnodes_ex = b->nodes_pos = 0;
+	}
+	pthread_mutex_lock(&b->mu);
+	em_free(b->states, 0);
+	em_free(b->bucket_state, 0);
+	em_free(b->first_state, 0);
+	b->states = states;
+	b->bucket_state = bstate;
+	b->first_state = first;
+	states = NULL;
+	bstate = first = NULL;
+	b->nstates = ns;
+	b->cur = -1;
+	b->have_plan = true;
+	rc = b->error ? b->error : schedule_state(b, 0, false);
+	pthread_mutex_unlock(&b->mu);
+undo_mem:
+	em_free(member, 0);
+	em_free(states, 0);
+	em_free(bstate, 0);
+	em_free(first, 0);
+	em_free(ex_count, 0);
+	em_free(ex_bytes, 0);
+	return rc;
+}
+
+/* ---- moving between states ----------------------------------------------------------- */
+
+static void evict(ember_graph_buffer *b, struct slot *sl)
+{
+	sl->state = SLOT_FREE;
+	if (sl->dirty && !b->read_only) {
+		sl->writing = true;
+		sl->write_part = sl->part;
+		sl->write_queued = true;
+		pthread_cond_signal(&b->cv_writer);
+	} else if (sl->dirty) {
+		sl->valid = false; /* updates dropped: the stored copy is older */
+		sl->dirty = false;
+	} else {
+		b->st.clean_evictions++;
+	}
+}
+
+static void shuffle64(uint64_t *rng, uint64_t *a, uint64_t n)
+{
+	for (uint64_t i = n; i > 1; i--) {
+		uint64_t j = rng_below(rng, i), t = a[i - 1];
+		a[i - 1] = a[j];
+		a[j] = t;
+	}
+}
+
+/* Set the current state to k (everything resident) and build its examples. */
+static void enter_state(ember_graph_buffer *b, int64_t k)
+{
+	const struct graph_meta *m = &b->g->meta;
+	if (b->have_state)
+		for (uint32_t i = 0; i < b->c; i++)
+			b->part_pos[b->cur_parts[i]] = -1;
+	const uint32_t *s = b->states + (uint64_t)k * b->c;
+	for (uint32_t i = 0; i < b->c; i++) {
+		b->cur_parts[i] = s[i];
+		b->part_pos[s[i]] = (int32_t)i;
+		b->cur_data[i] = b->slots[b->part_slot[s[i]]].data;
+	}
+	for (uint32_t i = 0; i < b->c; i++)
+		for (uint32_t j = 0; j < b->c; j++) {
+			uint32_t e = b->bucket_ent[s[i] * b->p + s[j]];
+			b->cur_bk[(size_t)i * b->c + j] =
+				e != GRAPH_NONE && b->ents[e].state == BK_READY ? &b->ents[e] : NULL;
+		}
+	b->have_state = true;
+	b->cur = k;
+	b->nexamples = b->ex_pos = 0;
+	for (uint32_t i = 0; i < b->c; i++)
+		for (uint32_t j = 0; j < b->c; j++) {
+			uint32_t bk = s[i] * b->p + s[j];
+			if (b->bucket_state[bk] != (uint32_t)k || !bucket_count(b, bk))
+				continue;
+			uint64_t e = b->bucket_ent[bk];
+			for (uint64_t x = 0; x < b->ents[e].count; x++)
+				b->examples[b->nexamples++] = e << EX_SHIFT | x;
+		}
+	shuffle64(b->rng, b->examples, b->nexamples);
+	b->nnodes_ex = b->nodes_pos = 0;
+	for (uint32_t i = 0; i < b->c; i++) {
+		uint32_t part = s[i];
+		if (b->first_state[part] != (uint32_t)k)
+			continue;
+		uint64_t base = (uint64_t)part * b->ps;
+		if (m->train_nodes)
+			for (uint64_t x = b->train_off[part]; x < b->train_off[part + 1]; x++)
+				b->nodes_ex[b->nnodes_ex++] = base + b->train_all[x];
+		else
+			for (uint64_t x = 0; x < graph_part_rows(m, part); x++)
+				b->nodes_ex[b->nnodes_ex++] = base + x;
+	}
+	shuffle64(b->rng, b->nodes_ex, b->nnodes_ex);
+}
+
+int ember_graph_buffer_next_state(ember_graph_buffer *b, ember_graph_state *st)
+{
+	if (!b)
+		return EMBER_EINVAL;
+	int rc = 0;
+	pthread_mutex_lock(&b->mu);
+	if (b->error) {
+		rc = b->error;
+		goto out;
+	}
+	if (!b->have_plan) {
+		rc = EMBER_ESTATE;
+		goto out;
+	}
+	int64_t k = b->cur + 1;
+	if (k >= b->nstates) {
+		b->have_plan = false; /* the resident partitions stay, and stay current */
+		rc = EMBER_ENOTFOUND;
+		goto out;
+	}
+	/* evict what state k lacks; drop the buckets it does not need */
+	for (uint32_t i = 0; i < b->nslots; i++) {
+		struct slot *sl = &b->slots[i];
+		if (sl->state == SLOT_RESIDENT && !in_state(b, k, sl->part))
+			evict(b, sl);
+	}
+	for (uint32_t i = 0; i < b->nents; i++) {
+		struct bucket_ent *e = &b->ents[i];
+		if (e->bucket != GRAPH_NONE && e->state == BK_READY && !state_needs(b, k, e->bucket))
+			bucket_free(b, e);
+	}
+	if (b->have_state) {
+		for (uint32_t i = 0; i < b->c; i++)
+			b->part_pos[b->cur_parts[i]] = -1;
+		b->have_state = false;
+	}
+	rc = schedule_state(b, k, true);
+	if (rc < 0)
+		goto out;
+	double t0 = graph_now();
+	while (!b->error && !state_ready(b, k))
+		pthread_cond_wait(&b->cv_done, &b->mu);
+	b->st.wait_seconds += graph_now() - t0;
+	if (b->error) {
+		rc = b->error;
+		goto out;
+	}
+	enter_state(b, k);
+	b->st.states++;
+	if (k + 1 < b->nstates)
+		rc = schedule_state(b, k + 1, false);
+	if (st)
+		*st = (ember_graph_state){.index = (uint32_t)k,
+					  .capacity = b->c,
+					  .partitions = b->cur_parts,
+					  .examples = b->nexamples ? b->nexamples : b->nnodes_ex};
+out:
+	pthread_mutex_unlock(&b->mu);
+	return rc;
+}
+
+/* ---- examples and updates (trainer thread) --------------------------------------------- */
+
+int ember_graph_buffer_next_batch(ember_graph_buffer *b, ember_graph_edge *out, size_t cap,
+				  size_t *n)
+{
+	if (!b || !out || !n || cap == 0)
+		return EMBER_EINVAL;
+	if (!b->have_state)
+		return EMBER_ESTATE;
+	size_t k = 0;
+	while (k < cap && b->ex_pos < b->nexamples) {
+		uint64_t x = b->examples[b->ex_pos++];
+		const struct bucket_ent *e = &b->ents[x >> EX_SHIFT];
+		const uint32_t *r = e->edges + 3 * (x & EX_MASK);
+		out[k++] = (ember_graph_edge){
+			.src = (uint64_t)(e->bucket / b->p) * b->ps + r[0],
+			.dst = (uint64_t)(e->bucket % b->p) * b->ps + r[2],
+			.rel = r[1]};
+	}
+	*n = k;
+	return 0;
+}
+
+int ember_graph_buffer_next_nodes(ember_graph_buffer *b, uint64_t *out, size_t cap, size_t *n)
+{
+	if (!b || !out || !n || cap == 0)
+		return EMBER_EINVAL;
+	if (!b->have_state)
+		return EMBER_ESTATE;
+	size_t k = 0;
+	while (k < cap && b->nodes_pos < b->nnodes_ex)
+		out[k++] = b->nodes_ex[b->nodes_pos++];
+	*n = k;
+	return 0;
+}
+
+static int nodes_check(ember_graph_buffer *b, size_t n, const uint64_t *nodes)
+{
+	if (!b->have_state)
+		return EMBER_ESTATE;
+	uint64_t nn = b->g->meta.num_nodes;
+	for (size_t i = 0; i < n; i++)
+		if (nodes[i] >= nn || b->part_pos[nodes[i] / b->ps] < 0)
+			return EMBER_EINVAL;
+	return 0;
+}
+
+int ember_graph_buffer_update(ember_graph_buffer *b, size_t n, const uint64_t *nodes,
+			      const float *rows, int mode)
+{
+	if (!b || (n && (!nodes || !rows)) ||
+	    (mode != EMBER_GRAPH_UPDATE_ADD && mode != EMBER_GRAPH_UPDATE_SET))
+		return EMBER_EINVAL;
+	int rc = nodes_check(b, n, nodes);
+	if (rc < 0)
+		return rc;
+	uint32_t dim = b->dim;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t v = nodes[i], part = v / b->ps;
+		float *row = b->cur_data[b->part_pos[part]] + (v - part * b->ps) * dim;
+		const float *src = rows + i * dim;
+		if (mode == EMBER_GRAPH_UPDATE_ADD)
+			for (uint32_t d = 0; d < dim; d++)
+				row[d] += src[d];
+		else
+			memcpy(row, src, (size_t)dim * 4);
+	}
+	pthread_mutex_lock(&b->mu);
+	for (size_t i = 0; i < n; i++) {
+		uint32_t part = (uint32_t)(nodes[i] / b->ps);
+		b->slots[b->part_slot[part]].dirty = true;
+	}
+	pthread_mutex_unlock(&b->mu);
+	return 0;
+}
+
+int ember_graph_buffer_gather(ember_graph_buffer *b, size_t n, const uint64_t *nodes, float *out)
+{
+	if (!b || (n && (!nodes || !out)))
+		return EMBER_EINVAL;
+	int rc = nodes_check(b, n, nodes);
+	if (rc < 0)
+		return rc;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t v = nodes[i], part = v / b->ps;
+		memcpy(out + i * b->dim, b->cur_data[b->part_pos[part]] + (v - part * b->ps) * b->dim,
+		       (size_t)b->dim * 4);
+	}
+	return 0;
+}
+
+int ember_graph_buffer_stats_get(ember_graph_buffer *b, ember_graph_buffer_stats *out)
+{
+	if (!b || !out)
+		return EMBER_EINVAL;
+	pthread_mutex_lock(&b->mu);
+	*out = b->st;
+	pthread_mutex_unlock(&b->mu);
+	return 0;
+}

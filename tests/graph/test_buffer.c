@@ -1,0 +1,376 @@
+/*
+ * test_buffer.c - the partition buffer through whole epochs.
+ *
+ *   degree     a trainer adds 1 to the row of both ends of every edge it is given;
+ *              after E epochs (a new random plan each) and a flush, every node's
+ *              stored row equals E x its degree. Buffer of c = p/4 partitions with
+ *              write-back on; run with 0, 1 and 3 prefetch slots, and with every
+ *              in-buffer bucket held (ALL_EDGES).
+ *   examples   each epoch returns every edge exactly once, from a state that holds
+ *              both its partitions and is the state its bucket is assigned to.
+ *   read-only  updates are dropped: the store keeps its rows, and nothing is written.
+ *   nodes      node classification mode returns every node once per epoch.
+ *   errors     bad arguments and wrong states give their codes.
+ */
+#include "test_graph_util.h"
+
+static char g_dir[512];
+
+struct graph_fixture {
+	ember_db *db;
+	ember_graph *g;
+	tg_edge *edges;
+	size_t m;
+	uint64_t n;
+	uint32_t p;
+	uint64_t *degree; /* by new id */
+};
+
+static void fixture_make(struct graph_fixture *fx, const char *name, uint64_t n, size_t m,
+			 uint32_t p, uint32_t dim)
+{
+	tu_rng *r = tu_rng_global();
+	fx->n = n;
+	fx->m = m;
+	fx->p = p;
+	fx->edges = tg_random_edges(r, n, m, 1);
+	fx->edges[0].src = n - 1;
+	char path[600];
+	CHECK(tu_path_join(path, sizeof(path), g_dir, name) == 0, "path");
+	tg_write_binary(path, fx->edges, m, 2);
+	ember_graph_import_options o;
+	ember_graph_import_options_default(&o);
+	o.partitions = p;
+	o.dim = dim;
+	o.format = EMBER_GRAPH_BINARY;
+	o.init = EMBER_GRAPH_INIT_ZERO;
+	o.chunk_bytes = 64u << 10;
+	o.seed = tu_rng_next(r);
+	ember_graph_import_result res;
+	int rc = ember_graph_import(fx->db, name, path, &o, &res);
+	CHECK(rc == 0, "import: %s (%s)", ember_strerror(rc), res.error);
+	CHECK_OK(ember_graph_open(fx->db, name, &fx->g));
+	fx->degree = calloc(n, 8);
+	CHECK(fx->degree, "calloc");
+	for (size_t i = 0; i < m; i++) {
+		uint64_t a, b;
+		CHECK_OK(ember_graph_node_to_new(fx->g, fx->edges[i].src, &a));
+		CHECK_OK(ember_graph_node_to_new(fx->g, fx->edges[i].dst, &b));
+		fx->degree[a]++;
+		fx->degree[b]++;
+	}
+}
+
+static void fixture_free(struct graph_fixture *fx)
+{
+	CHECK_OK(ember_graph_close(fx->g));
+	free(fx->edges);
+	free(fx->degree);
+}
+
+/* One epoch: every batch's edges add 1 to both ends. Checks the examples. */
+static void run_epoch(struct graph_fixture *fx, ember_graph_buffer *b, const tg_plan *tp,
+		      uint32_t dim, int update)
+{
+	uint32_t p = fx->p, c = tp->plan.capacity;
+	uint64_t *seen = calloc((size_t)p * p, 8);
+	ember_graph_edge batch[700];
+	uint64_t *nodes = malloc(2 * 700 * 8);
+	float *ones = malloc(2 * 700 * (size_t)dim * 4);
+	CHECK(seen && nodes && ones, "malloc");
+	for (size_t i = 0; i < 2 * 700 * (size_t)dim; i++)
+		ones[i] = 1.0f;
+	ember_graph_info gi;
+	CHECK_OK(ember_graph_info_get(fx->g, &gi));
+	CHECK_OK(ember_graph_buffer_set_plan(b, &tp->plan));
+	uint64_t total = 0;
+	for (uint32_t k = 0;; k++) {
+		ember_graph_state st;
+		int rc = ember_graph_buffer_next_state(b, &st);
+		if (rc == EMBER_ENOTFOUND) {
+			CHECK(k == tp->plan.num_states, "ended after %u of %u states", k,
+			      tp->plan.num_states);
+			break;
+		}
+		CHECK_OK(rc);
+		CHECK(st.index == k && st.capacity == c, "state index %u", st.index);
+		for (uint32_t i = 0; i < c; i++)
+			CHECK(st.partitions[i] == tp->states[(size_t)k * c + i], "state partitions");
+		uint64_t in_state = 0;
+		for (;;) {
+			size_t n = 0;
+			size_t cap = 1 + (size_t)tu_rng_below(tu_rng_global(), 700);
+			CHECK_OK(ember_graph_buffer_next_batch(b, batch, cap, &n));
+			if (n == 0)
+				break;
+			CHECK(n <= cap, "batch size");
+			for (size_t i = 0; i < n; i++) {
+				uint32_t sp = (uint32_t)(batch[i].src / gi.partition_size),
+					 dp = (uint32_t)(batch[i].dst / gi.partition_size);
+				CHECK(sp < p && dp < p, "edge ids");
+				CHECK(tp->bucket_state[sp * p + dp] == k,
+				      "bucket %u,%u trained in state %u, assigned %u", sp, dp, k,
+				      tp->bucket_state[sp * p + dp]);
+				seen[sp * p + dp]++;
+				nodes[2 * i] = batch[i].src;
+				nodes[2 * i + 1] = batch[i].dst;
+			}
+			if (update)
+				CHECK_OK(ember_graph_buffer_update(b, 2 * n, nodes, ones,
+								   EMBER_GRAPH_UPDATE_ADD));
+			in_state += n;
+		}
+		CHECK(in_state == st.examples, "state yielded %llu of %llu examples",
+		      (unsigned long long)in_state, (unsigned long long)st.examples);
+		total += in_state;
+	}
+	CHECK(total == fx->m, "epoch gave %llu edges, want %zu", (unsigned long long)total, fx->m);
+	for (uint32_t i = 0; i < p; i++)
+		for (uint32_t j = 0; j < p; j++) {
+			uint64_t want;
+			CHECK_OK(ember_graph_bucket_size(fx->g, i, j, &want));
+			CHECK(seen[i * p + j] == want, "bucket %u,%u trained %llu of %llu edges", i,
+			      j, (unsigned long long)seen[i * p + j], (unsigned long long)want);
+		}
+	free(seen);
+	free(nodes);
+	free(ones);
+}
+
+static void check_rows(struct graph_fixture *fx, uint32_t dim, uint64_t times)
+{
+	float *rows = malloc(fx->n * dim * 4);
+	CHECK(rows, "malloc");
+	CHECK_OK(ember_graph_read_nodes(fx->g, 0, fx->n, rows));
+	for (uint64_t v = 0; v < fx->n; v++)
+		for (uint32_t d = 0; d < dim; d++)
+			CHECK(rows[v * dim + d] == (float)(fx->degree[v] * times),
+			      "node %llu dim %u: %g, want %llu", (unsigned long long)v, d,
+			      rows[v * dim + d], (unsigned long long)(fx->degree[v] * times));
+	free(rows);
+}
+
+static void test_degree(struct graph_fixture *fx, uint32_t prefetch, uint32_t flags,
+			uint32_t epochs, uint64_t times_before)
+{
+	const uint32_t dim = 8, c = fx->p / 4;
+	ember_graph_buffer_options bo;
+	ember_graph_buffer_options_default(&bo);
+	bo.capacity = c;
+	bo.prefetch_slots = prefetch;
+	bo.flags = flags;
+	bo.seed = tu_rng_next(tu_rng_global());
+	ember_graph_buffer *b = NULL;
+	CHECK_OK(ember_graph_buffer_open(fx->g, &bo, &b));
+	double t0 = tu_now();
+	for (uint32_t e = 0; e < epochs; e++) {
+		tg_plan tp;
+		tg_plan_make(&tp, fx->p, c, tu_rng_global());
+		run_epoch(fx, b, &tp, dim, 1);
+		tg_plan_free(&tp);
+	}
+	ember_graph_buffer_stats st;
+	CHECK_OK(ember_graph_buffer_stats_get(b, &st));
+	CHECK_OK(ember_graph_buffer_close(b));
+	printf("  prefetch %u flags %u: %u epochs %.2f s; states %llu loaded %llu read %llu "
+	       "reclaimed %llu written %llu clean %llu after-write %llu wait %.3f s peak %llu\n",
+	       prefetch, flags, epochs, tu_now() - t0, (unsigned long long)st.states,
+	       (unsigned long long)st.partitions_loaded, (unsigned long long)st.partitions_read,
+	       (unsigned long long)st.partitions_reclaimed,
+	       (unsigned long long)st.partitions_written, (unsigned long long)st.clean_evictions,
+	       (unsigned long long)st.reads_after_write, st.wait_seconds,
+	       (unsigned long long)st.memory_peak);
+	CHECK(st.partitions_loaded == st.partitions_read + st.partitions_reclaimed, "loads add up");
+	CHECK(st.partitions_written > 0 && st.clean_evictions == 0,
+	      "every eviction was dirty here (written %llu, clean %llu)",
+	      (unsigned long long)st.partitions_written, (unsigned long long)st.clean_evictions);
+	check_rows(fx, dim, times_before + epochs);
+}
+
+static void test_read_only(struct graph_fixture *fx, uint64_t times)
+{
+	ember_graph_buffer_options bo;
+	ember_graph_buffer_options_default(&bo);
+	bo.capacity = fx->p / 4;
+	bo.flags = EMBER_GRAPH_BUFFER_READ_ONLY;
+	ember_graph_buffer *b = NULL;
+	CHECK_OK(ember_graph_buffer_open(fx->g, &bo, &b));
+	tg_plan tp;
+	tg_plan_make(&tp, fx->p, bo.capacity, tu_rng_global());
+	run_epoch(fx, b, &tp, 8, 1);
+	tg_plan_free(&tp);
+	ember_graph_buffer_stats st;
+	CHECK_OK(ember_graph_buffer_stats_get(b, &st));
+	CHECK(st.partitions_written == 0 && st.bytes_written == 0, "read-only wrote");
+	CHECK_OK(ember_graph_buffer_close(b));
+	check_rows(fx, 8, times);
+}
+
+/* Node classification mode: every node once per epoch; no updates: clean evictions. */
+static void test_nodes(struct graph_fixture *fx)
+{
+	ember_graph_buffer_options bo;
+	ember_graph_buffer_options_default(&bo);
+	bo.capacity = fx->p / 4;
+	ember_graph_buffer *b = NULL;
+	CHECK_OK(ember_graph_buffer_open(fx->g, &bo, &b));
+	unsigned char *seen = calloc(fx->n, 1);
+	uint64_t out[333];
+	for (int e = 0; e < 2; e++) {
+		tg_plan tp;
+		tg_plan_make(&tp, fx->p, bo.capacity, tu_rng_global());
+		CHECK_OK(ember_graph_buffer_set_plan(b, &tp.plan));
+		memset(seen, 0, fx->n);
+		uint64_t total = 0;
+		ember_graph_state st;
+		int rc;
+		while ((rc = ember_graph_buffer_next_state(b, &st)) == 0) {
+			size_t n;
+			do {
+				CHECK_OK(ember_graph_buffer_next_nodes(b, out, 333, &n));
+				for (size_t i = 0; i < n; i++) {
+					CHECK(out[i] < fx->n && !seen[out[i]], "node twice or bad");
+					seen[out[i]] = 1;
+					float row[8];
+					CHECK_OK(ember_graph_buffer_gather(b, 1, &out[i], row));
+				}
+				total += n;
+			} while (n);
+		}
+		CHECK_RC(rc, EMBER_ENOTFOUND);
+		CHECK(total == fx->n, "nodes per epoch %llu want %llu", (unsigned long long)total,
+		      (unsigned long long)fx->n);
+		tg_plan_free(&tp);
+	}
+	ember_graph_buffer_stats st;
+	CHECK_OK(ember_graph_buffer_stats_get(b, &st));
+	CHECK(st.partitions_written == 0 && st.clean_evictions > 0, "clean evictions wrote");
+	CHECK_OK(ember_graph_buffer_close(b));
+	free(seen);
+}
+
+static void test_errors(struct graph_fixture *fx)
+{
+	ember_graph_buffer_options bo;
+	ember_graph_buffer_options_default(&bo);
+	ember_graph_buffer *b = (ember_graph_buffer *)1;
+	CHECK_RC(ember_graph_buffer_open(fx->g, &bo, &b), EMBER_EINVAL); /* capacity 0 */
+	CHECK(b == NULL, "failed open leaves *b NULL");
+	bo.capacity = fx->p + 1;
+	CHECK_RC(ember_graph_buffer_open(fx->g, &bo, &b), EMBER_EINVAL);
+	bo.capacity = 4;
+	CHECK_RC(ember_graph_buffer_open(NULL, &bo, &b), EMBER_EINVAL);
+	CHECK_RC(ember_graph_buffer_open(fx->g, NULL, &b), EMBER_EINVAL);
+	CHECK_RC(ember_graph_buffer_open(fx->g, &bo, NULL), EMBER_EINVAL);
+	bo.flags = 0x80;
+	CHECK_RC(ember_graph_buffer_open(fx->g, &bo, &b), EMBER_EINVAL);
+	bo.flags = 0;
+	bo.memory_budget = 1000; /* not even c slots */
+	CHECK_RC(ember_graph_buffer_open(fx->g, &bo, &b), EMBER_ENOSPC);
+	bo.memory_budget = 0;
+	CHECK_OK(ember_graph_buffer_open(fx->g, &bo, &b));
+	CHECK_RC(ember_graph_close(fx->g), EMBER_EBUSY);
+	ember_graph_state st;
+	CHECK_RC(ember_graph_buffer_next_state(b, &st), EMBER_ESTATE);
+	ember_graph_edge eb[4];
+	size_t n;
+	CHECK_RC(ember_graph_buffer_next_batch(b, eb, 4, &n), EMBER_ESTATE);
+	CHECK_RC(ember_graph_buffer_next_batch(b, NULL, 4, &n), EMBER_EINVAL);
+	CHECK_RC(ember_graph_buffer_next_batch(b, eb, 0, &n), EMBER_EINVAL);
+	uint64_t node = 0;
+	float row[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+	CHECK_RC(ember_graph_buffer_update(b, 1, &node, row, EMBER_GRAPH_UPDATE_ADD), EMBER_ESTATE);
+	tg_plan tp;
+	tg_plan_make(&tp, fx->p, 4, tu_rng_global());
+	ember_graph_plan bad = tp.plan;
+	CHECK_RC(ember_graph_buffer_set_plan(b, NULL), EMBER_EINVAL);
+	bad.capacity = 2;
+	CHECK_RC(ember_graph_buffer_set_plan(b, &bad), EMBER_EINVAL);
+	bad = tp.plan;
+	bad.partitions = fx->p + 1;
+	CHECK_RC(ember_graph_buffer_set_plan(b, &bad), EMBER_EINVAL);
+	bad = tp.plan;
+	bad.num_states = 0;
+	CHECK_RC(ember_graph_buffer_set_plan(b, &bad), EMBER_EINVAL);
+	/* a repeated partition in a state */
+	uint32_t keep = tp.states[1];
+	tp.states[1] = tp.states[0];
+	CHECK_RC(ember_graph_buffer_set_plan(b, &tp.plan), EMBER_EINVAL);
+	tp.states[1] = fx->p;
+	CHECK_RC(ember_graph_buffer_set_plan(b, &tp.plan), EMBER_EINVAL);
+	tp.states[1] = keep;
+	/* a bucket assigned to a state that lacks one of its partitions */
+	uint32_t k0 = tp.bucket_state[0], other = UINT32_MAX;
+	for (uint32_t k = 0; k < tp.plan.num_states && other == UINT32_MAX; k++) {
+		int has = 0;
+		for (uint32_t i = 0; i < 4; i++)
+			has |= tp.states[k * 4 + i] == 0;
+		if (!has)
+			other = k;
+	}
+	tp.bucket_state[0] = other;
+	CHECK_RC(ember_graph_buffer_set_plan(b, &tp.plan), EMBER_EINVAL);
+	tp.bucket_state[0] = tp.plan.num_states;
+	CHECK_RC(ember_graph_buffer_set_plan(b, &tp.plan), EMBER_EINVAL);
+	tp.bucket_state[0] = k0;
+	CHECK_OK(ember_graph_buffer_set_plan(b, &tp.plan));
+	CHECK_RC(ember_graph_buffer_set_plan(b, &tp.plan), EMBER_ESTATE);
+	CHECK_OK(ember_graph_buffer_next_state(b, &st));
+	/* a node outside the state: nothing written */
+	uint64_t out_node = UINT64_MAX;
+	for (uint64_t v = 0; v < fx->n && out_node == UINT64_MAX; v++) {
+		ember_graph_info gi;
+		CHECK_OK(ember_graph_info_get(fx->g, &gi));
+		uint32_t part = (uint32_t)(v / gi.partition_size);
+		int has = 0;
+		for (uint32_t i = 0; i < 4; i++)
+			has |= st.partitions[i] == part;
+		if (!has)
+			out_node = v;
+	}
+	CHECK_RC(ember_graph_buffer_update(b, 1, &out_node, row, EMBER_GRAPH_UPDATE_ADD),
+		 EMBER_EINVAL);
+	CHECK_RC(ember_graph_buffer_gather(b, 1, &out_node, row), EMBER_EINVAL);
+	uint64_t past = fx->n;
+	CHECK_RC(ember_graph_buffer_gather(b, 1, &past, row), EMBER_EINVAL);
+	CHECK_RC(ember_graph_buffer_update(b, 1, &node, row, 7), EMBER_EINVAL);
+	CHECK_RC(ember_graph_buffer_update(b, 1, NULL, row, 0), EMBER_EINVAL);
+	CHECK_RC(ember_graph_buffer_stats_get(b, NULL), EMBER_EINVAL);
+	CHECK_RC(ember_graph_buffer_stats_get(NULL, NULL), EMBER_EINVAL);
+	CHECK_RC(ember_graph_buffer_next_state(NULL, &st), EMBER_EINVAL);
+	CHECK_RC(ember_graph_buffer_flush(NULL), EMBER_EINVAL);
+	CHECK_OK(ember_graph_buffer_flush(b));
+	CHECK_OK(ember_graph_buffer_close(b)); /* mid-plan */
+	CHECK_OK(ember_graph_buffer_close(NULL));
+	/* a budget with room for the slots but not the plan's edges */
+	ember_graph_info gi;
+	CHECK_OK(ember_graph_info_get(fx->g, &gi));
+	bo.memory_budget = gi.partition_size * gi.dim * 4 * 5 + 64;
+	CHECK_OK(ember_graph_buffer_open(fx->g, &bo, &b));
+	CHECK_RC(ember_graph_buffer_set_plan(b, &tp.plan), EMBER_ENOSPC);
+	CHECK_OK(ember_graph_buffer_close(b));
+	tg_plan_free(&tp);
+}
+
+int main(int argc, char **argv)
+{
+	tu_init("graph_buffer", argc, argv);
+	struct graph_fixture fx = {0};
+	fx.db = tg_open_store(g_dir, sizeof(g_dir), "graph-buffer");
+	fixture_make(&fx, "g", tu_scaled(40000), (size_t)tu_scaled(150000), 16, 8);
+	uint64_t times = 0;
+	test_degree(&fx, 1, 0, 2, times);
+	times += 2;
+	test_degree(&fx, EMBER_GRAPH_BUFFER_NO_PREFETCH, 0, 1, times);
+	times += 1;
+	test_degree(&fx, 3, EMBER_GRAPH_BUFFER_ALL_EDGES, 2, times);
+	times += 2;
+	test_read_only(&fx, times);
+	test_nodes(&fx);
+	test_errors(&fx);
+	fixture_free(&fx);
+	CHECK_OK(ember_close(fx.db));
+	tu_tmpdir_remove(g_dir);
+	printf("graph_buffer: ok\n");
+	return 0;
+}

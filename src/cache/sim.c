@@ -11,8 +11,8 @@
  *        most-recent end in the batch's order (so that the oracle with a window of
  *        one batch, whose "never" queue is this same order, matches it exactly).
  *   LFU  "perfect" LFU: a use count per row kept across evictions; a min-heap of
- *        resident rows keyed (count, last use); the batch's own rows popped while
- *        looking for a victim are put back afterwards.
+ *        resident rows keyed (count, last use); the batch's rows leave the heap
+ *        while it admits and come back with their new keys.
  *   MIN  next uses computed by one backward pass over the trace; a max-heap of
  *        resident rows keyed by next use (rows of the current batch have the
  *        smallest key, so they are never the maximum while others remain).
@@ -244,6 +244,20 @@ static uint32_t heap_pop(struct heap *hp)
 	return g;
 }
 
+/* Take g (in the heap) out. */
+static void heap_remove(struct heap *hp, uint32_t g)
+{
+	uint32_t i = hp->pos[g];
+	hp->pos[g] = NIL;
+	hp->n--;
+	if (i < hp->n) {
+		uint32_t m = hp->h[hp->n];
+		heap_set(hp, i, m);
+		heap_up(hp, i);
+		heap_down(hp, hp->pos[m]);
+	}
+}
+
 /* key[g] changed: restore the heap. */
 static void heap_fix(struct heap *hp, uint32_t g)
 {
@@ -283,40 +297,37 @@ int sim_lfu(const struct sim_trace *t, uint64_t capacity, struct sim_result *r)
 	 * recently used, is at the top */
 	uint64_t *key = em_zalloc(t->total_rows * sizeof(uint64_t));
 	uint32_t *aside = em_alloc((t->max_uniq + 1) * sizeof(uint32_t));
+	uint32_t *mark = em_zalloc(t->total_rows * sizeof(uint32_t));
 	struct heap hp = {0};
 	int rc = EMBER_ENOMEM;
-	if (!key || !aside || heap_init(&hp, t->total_rows, capacity, key) < 0)
+	if (!key || !aside || !mark || heap_init(&hp, t->total_rows, capacity, key) < 0)
 		goto out;
 	for (uint32_t b = 0; b < t->nbatches; b++) {
-		/* pass 1: hits count and become the most recent (last use b + 1 marks
-		 * every resident row of the batch before any eviction) */
+		/* the batch's rows leave the heap while it is admitting (they may not be
+		 * evicted) and return with their new counts in pass 3 */
+		uint32_t naside = 0;
 		for (uint64_t k = t->off[b]; k < t->off[b + 1]; k++) {
 			uint64_t g = gidx(t, &t->uniq[k]);
 			if (hp.pos[g] == NIL)
 				continue;
 			r->hits++;
-			key[g] = ((key[g] >> 32) + 1) << 32 | (b + 1);
-			heap_fix(&hp, (uint32_t)g);
+			heap_remove(&hp, (uint32_t)g);
+			aside[naside++] = (uint32_t)g;
+			mark[g] = b + 1;
 		}
-		/* pass 2: misses */
 		for (uint64_t k = t->off[b]; k < t->off[b + 1]; k++) {
 			uint64_t g = gidx(t, &t->uniq[k]);
-			if (hp.pos[g] != NIL)
-				continue;
+			if (mark[g] == b + 1)
+				continue; /* a hit, set aside above */
 			r->fetched++;
-			uint32_t naside = 0;
-			if (hp.n == capacity) {
-				for (;;) {
-					uint32_t v = heap_pop(&hp);
-					if ((uint32_t)key[v] != b + 1)
-						break;
-					aside[naside++] = v; /* the batch's own row stays */
-				}
-			}
-			for (uint32_t i = 0; i < naside; i++)
-				heap_push(&hp, aside[i]);
+			if (hp.n + naside == capacity)
+				heap_pop(&hp);
+			aside[naside++] = (uint32_t)g;
+		}
+		for (uint32_t i = 0; i < naside; i++) {
+			uint32_t g = aside[i];
 			key[g] = ((key[g] >> 32) + 1) << 32 | (b + 1);
-			heap_push(&hp, (uint32_t)g);
+			heap_push(&hp, g);
 		}
 	}
 	rc = 0;
@@ -324,6 +335,7 @@ out:
 	heap_free(&hp);
 	em_free(key, 0);
 	em_free(aside, 0);
+	em_free(mark, 0);
 	return rc;
 }
 

@@ -1,0 +1,91 @@
+/*
+ * gpu_test.h - what the ember_gpu test programs share: choosing the backend from
+ * argv[1] ("host", the default, or "cuda"), skipping (exit 77) when the CUDA backend
+ * is wanted but not built or no device is present, and blocking copies between
+ * test memory and "device" memory (which, on CUDA, the host cannot touch).
+ *
+ * Every helper CHECKs its calls, so a failure names the line of the helper and the
+ * code; the seed is printed by tu_init as usual.
+ */
+#ifndef EMBER_GPU_TEST_H
+#define EMBER_GPU_TEST_H
+
+#include <ember.h>
+#include <ember_gpu.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+
+/* The backend named by argv[1]; exits 77 for "cuda" when it cannot run here. */
+static inline int gt_backend(int argc, char **argv, const char *name)
+{
+	const char *mode = argc > 1 ? argv[1] : "host";
+	if (strcmp(mode, "cuda") == 0) {
+		if (!ember_gpu_have_cuda()) {
+			printf("%s: built without CUDA: skipped\n", name);
+			exit(TU_SKIP);
+		}
+		if (ember_gpu_device_count() == 0) {
+			printf("%s: no CUDA device (cudaGetDeviceCount failed or 0): skipped\n",
+			       name);
+			exit(TU_SKIP);
+		}
+		return EMBER_GPU_BACKEND_CUDA;
+	}
+	CHECK(strcmp(mode, "host") == 0, "unknown backend '%s' (host or cuda)", mode);
+	return EMBER_GPU_BACKEND_HOST;
+}
+
+static inline ember_gpu *gt_open(int backend)
+{
+	ember_gpu_options o;
+	ember_gpu *g = NULL;
+	ember_gpu_options_default(&o);
+	o.backend = backend;
+	CHECK_OK(ember_gpu_open(&o, &g));
+	CHECK(ember_gpu_backend(g) == backend, "backend %d", ember_gpu_backend(g));
+	return g;
+}
+
+static inline ember_gpu_stream *gt_compute(ember_gpu *g)
+{
+	ember_gpu_stream *s = NULL;
+	CHECK_OK(ember_gpu_stream_get(g, EMBER_GPU_STREAM_COMPUTE, 0, &s));
+	return s;
+}
+
+/* Device copy of bytes of host memory (blocking). Free with ember_gpu_mem_free. */
+static inline void *gt_upload(ember_gpu *g, const void *host, size_t bytes)
+{
+	void *d = NULL;
+	ember_gpu_stream *s = gt_compute(g);
+	CHECK_OK(ember_gpu_mem_alloc(g, bytes, &d));
+	CHECK_OK(ember_gpu_copy_h2d(s, d, host, bytes));
+	CHECK_OK(ember_gpu_stream_synchronize(s));
+	return d;
+}
+
+/* Blocking copy of device memory into host memory, after the compute stream's work. */
+static inline void gt_download(ember_gpu *g, void *host, const void *dev, size_t bytes)
+{
+	ember_gpu_stream *s = gt_compute(g);
+	CHECK_OK(ember_gpu_copy_d2h(s, host, dev, bytes));
+	CHECK_OK(ember_gpu_stream_synchronize(s));
+}
+
+static inline void *gt_malloc(size_t bytes)
+{
+	void *p = malloc(bytes ? bytes : 1);
+	CHECK(p != NULL, "malloc(%zu)", bytes);
+	return p;
+}
+
+/* A random float in [-1, 1), never the poison pattern. */
+static inline float gt_randf(tu_rng *r)
+{
+	return (float)((double)(tu_rng_next(r) >> 11) * 0x1.0p-52 - 1.0);
+}
+
+#endif

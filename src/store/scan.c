@@ -1,0 +1,934 @@
+/*
+ * scan.c - walking the logs record by record: ember_iterate (the newest value of
+ * every live key) and ember_verify (the structure and checksum of every record, and
+ * every cold-index chunk the table names).
+ *
+ * Design notes
+ * ------------
+ * A walk reads one log from its begin to a tail snapshot with a cursor (struct
+ * cursor) that takes each record from wherever it is:
+ *   - below the log's flushed boundary, from the file, in large sequential windows
+ *     (WINDOW bytes a read) through the walk's own internal session. Every record
+ *     below flushed is whole and final on disk (hlog.h, invariant 4); a window
+ *     trusts only the bytes below the flushed value loaded before its read.
+ *   - at or above flushed, from the log's ring, under epoch protection: the cursor
+ *     protects, re-reads flushed, and reads memory only if the record is still at
+ *     or above it (so at or above head: the bytes stay valid while it stays
+ *     protected).
+ *
+ * Invariants
+ *  1. Tail snapshot: a walk reads the tails, then waits until every thread has left
+ *     the epoch current at that moment (wait_epoch). Every record below a snapshot
+ *     tail is then fully written, and linked or marked invalid (hlog.h, invariant
+ *     2; ops.c links or invalidates before it leaves its epoch).
+ *  2. The walker is protected only while it reads records in memory or index
+ *     entries, never while it waits for I/O (window reads, lookups_run) or runs the
+ *     caller's fn.
+ *  3. A record in memory may change in place (value, val_len, tombstone bit) under
+ *     its sequence lock: its value is copied with rec_read_value. Key, key_len,
+ *     val_cap and prev never change once published. The checksum field, written by
+ *     the log worker, is never read in memory.
+ *  4. The walk's I/O is counted in its own statistics (s->cur), neither a user's
+ *     reads nor compaction's.
+ *
+ * ember_iterate
+ *  5. Compaction pauses for the whole walk (the walk holds the compactor's pass_mu,
+ *     as a checkpoint does): no begin moves, no record is copied between tiers, no
+ *     file space is released, no chain loses a record. A failed check is therefore
+ *     corruption (EMBER_ECORRUPT, reported through db_report).
+ *  6. What is emitted. With T_hot, T_cold the tail snapshots, a record R of key K
+ *     at address a is emitted iff
+ *       R is in the hot log:  R is the newest record of K below T_hot in its hot
+ *                             chain;
+ *       R is in the cold log: K has no record below T_hot in the hot chain, and R
+ *                             is the newest record of K below T_cold in its cold
+ *                             chain;
+ *     and R is not a tombstone when its value is copied. Chains go strictly down
+ *     through addresses, so "newest below T" is the first record of K met walking
+ *     the chain from the index while stepping over addresses >= T (chain_below in
+ *     memory; on disk a lookup round, and a found record at or above T makes the
+ *     next round start at its prev: decide_done). By 5 at most one record of K
+ *     qualifies, in one tier, so a key is emitted at most once; a key not written
+ *     during the walk is emitted exactly once with its value at the snapshot. A key
+ *     written meanwhile shows its value at the snapshot or, after an in-place
+ *     update, the newer one; one created or deleted meanwhile may be absent.
+ *  7. Liveness is decided for a group of up to GROUP candidates at once: memory
+ *     steps for all of them under one protection (index, chains above head,
+ *     chunks in memory), then one lookups_run for every candidate whose chain goes
+ *     on on disk, all reads in flight together, and again until all are decided.
+ *     A chain that reaches the disk exactly at the candidate decides it without a
+ *     read: the scan has just read that record.
+ *  8. The caller's fn runs once a group is decided, unprotected, with no read in
+ *     flight, on copies of keys and values the walk owns (the window and the ring
+ *     may move on).
+ *
+ * ember_verify
+ *  9. Compaction keeps running. A check that fails at an address now below its
+ *     log's begin is no corruption: compaction released that space while the walk
+ *     read it. The walk goes on at the new begin (a record boundary).
+ * 10. After a real failure on disk the walk counts one error and resynchronises: it
+ *     goes on at the next 8-aligned address that holds a well-formed record with a
+ *     matching checksum (a false match needs a 32-bit checksum to agree), so one bad
+ *     record is one error and the rest of the log is still checked. In memory
+ *     there is no checksum to resynchronise on: that log's walk stops there.
+ * 11. Every non-zero cold-index table word must name a well-formed copy of its own
+ *     chunk (ci_chunk_ok, plus the checksum when it is on disk). Words naming a
+ *     chunk on disk are checked with lookups_run (LK_CHUNK_ONLY), many reads in
+ *     flight; a failed one is judged again after re-reading the word, since
+ *     chunk-log compaction may have moved the chunk meanwhile.
+ */
+#include "store/checkpoint.h"
+#include "store/compact.h"
+#include "store/store_int.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/alloc.h"
+#include "core/hash.h"
+
+#define WINDOW (4u << 20)       /* bytes of one sequential read */
+#define GROUP 256               /* candidates decided together */
+#define GROUP_BYTES (8u << 20)  /* or this many bytes of keys and values */
+#define TABLE_BATCH 1024        /* cold-index words checked together */
+#define MEM_BATCH 256           /* records read under one protection (verify) */
+#define REC_RESERVED_BITS (~(EM_ADDR_MASK | REC_TOMBSTONE | REC_INVALID | REC_FILLER))
+
+/* ---- the cursor ------------------------------------------------------------------ */
+
+enum { CUR_END = 0, CUR_DISK = 1, CUR_MEM = 2 };
+
+struct cursor {
+	ember_session *s;
+	struct ember_db *db;
+	struct hlog *log;
+	struct em_file *f;
+	const char *name;    /* the log's file, for reports */
+	uint64_t max_record;
+	int chunks;          /* the chunk log: every record must be a chunk */
+	uint64_t a;          /* the next record starts here (or after a bare gap) */
+	uint64_t end;        /* the tail snapshot */
+	uint8_t *buf;        /* the window: file bytes [off, off + len) */
+	size_t cap;
+	uint64_t off, len;
+	uint64_t flushed;    /* flushed, loaded before the window was read */
+	int prot;            /* protected: reading the ring */
+	const char *why;     /* what the last failed check found */
+};
+
+static void cursor_init(struct cursor *c, ember_session *s, struct hlog *log, struct em_file *f,
+			const char *name, uint64_t max_record, int chunks, uint64_t end)
+{
+	*c = (struct cursor){.s = s, .db = s->db, .log = log, .f = f, .name = name,
+			     .max_record = max_record, .chunks = chunks,
+			     .a = hlog_load(&log->begin), .end = end};
+}
+
+static void cursor_pause(struct cursor *c)
+{
+	if (c->prot)
+		epoch_unprotect(c->db->ep, c->s->slot);
+	c->prot = 0;
+}
+
+static void cursor_free(struct cursor *c)
+{
+	cursor_pause(c);
+	em_free(c->buf, c->cap);
+	c->buf = NULL;
+	c->cap = 0;
+}
+
+static uint64_t lap_left(const struct hlog *l, uint64_t a)
+{
+	return l->mem_size - (l->mem_mask ? (a & l->mem_mask) : (a % l->mem_size));
+}
+
+/*
+ * Structure of the record at a (the whole header must be readable), which must end
+ * at or below end. NULL when well-formed, else what is wrong. Reads only fields that
+ * never change once published (and val_len, atomically).
+ */
+static const char *rec_bad(const struct cursor *c, uint64_t a, struct record *r, uint64_t end)
+{
+	uint64_t hdr = rec_header(r);
+	uint32_t vlen = atomic_load_explicit(&r->val_len, memory_order_relaxed); /* see note 3 */
+	uint64_t left = lap_left(c->log, a);
+	if (hdr & REC_RESERVED_BITS)
+		return "reserved header bits are set";
+	if (r->reserved != 0)
+		return "the reserved field is not zero";
+	if (hdr & REC_FILLER) {
+		if (!(hdr & REC_INVALID) || (hdr & (REC_TOMBSTONE | EM_ADDR_MASK)) || r->key_len ||
+		    vlen || (r->val_cap & 7))
+			return "malformed filler";
+		if (REC_HDR_SIZE + (uint64_t)r->val_cap != left)
+			return "a filler that does not end at the end of its lap";
+		if (a + left > end)
+			return "a filler that runs past the end of the log";
+		return NULL;
+	}
+	if (r->key_len == 0 || r->key_len > EMBER_MAX_KEY_LEN)
+		return "key length out of range";
+	if (r->val_cap & 7)
+		return "value capacity is not a multiple of 8";
+	if (r->val_cap > c->max_record)
+		return "value capacity larger than the largest record";
+	if (vlen > r->val_cap)
+		return "value length larger than its capacity";
+	uint64_t size = rec_total_size(r);
+	if (size > left)
+		return "a record that crosses the end of a lap";
+	if (a + size > end)
+		return "a record that runs past the end of the log";
+	uint64_t prev = hdr & EM_ADDR_MASK;
+	if (prev >= a || (prev && prev < EM_LOG_START))
+		return "a chain link that does not point to an older record";
+	if (c->chunks) {
+		struct cold_index *ci = &c->db->cidx;
+		uint64_t id;
+		memcpy(&id, rec_key(r), sizeof(id));
+		if (r->key_len != 8 || r->val_cap != ci->chunk_bytes || vlen != ci->chunk_bytes ||
+		    id >= ci->nchunks || prev || (hdr & REC_TOMBSTONE))
+			return "not a well-formed chunk";
+	}
+	return NULL;
+}
+
+/* Read file bytes from x (at least want of them, at least WINDOW) into the window. */
+static int cursor_fill(struct cursor *c, uint64_t x, uint64_t want)
+{
+	if (want < WINDOW)
+		want = WINDOW;
+	uint64_t off = em_align_down(x, EM_IO_ALIGN);
+	uint64_t len = em_align_up(x + want - off, EM_IO_ALIGN);
+	if (len > UINT32_MAX - EM_IO_ALIGN)
+		return EMBER_ECORRUPT;
+	if (len > c->cap) {
+		uint8_t *b = em_alloc_aligned(EM_IO_ALIGN, len);
+		if (!b)
+			return EMBER_ENOMEM;
+		em_free(c->buf, c->cap);
+		c->buf = b;
+		c->cap = len;
+	}
+	/* flushed before the read: every byte below it is final in the file */
+	uint64_t flushed = hlog_load(&c->log->flushed);
+	int res = session_read_sync(c->s, c->f, c->buf, (uint32_t)len, off);
+	if (res < 0) {
+		c->len = 0;
+		return res;
+	}
+	c->off = off;
+	c->len = (uint64_t)res;
+	c->flushed = flushed;
+	return 0;
+}
+
+/* The record at a (below flushed) from the window, read as needed; checked. */
+static int disk_record(struct cursor *c, uint64_t a, struct record **out)
+{
+	for (int tries = 0;; tries++) {
+		uint64_t want = WINDOW;
+		if (a >= c->off && a + REC_HDR_SIZE <= c->off + c->len && a < c->flushed) {
+			struct record *r = (struct record *)(void *)(c->buf + (a - c->off));
+			c->why = rec_bad(c, a, r, c->flushed); /* bounds the size before using it */
+			if (c->why)
+				return EMBER_ECORRUPT;
+			uint64_t size = rec_total_size(r);
+			if (a + size <= c->off + c->len) {
+				if (r->checksum != rec_checksum(r)) {
+					c->why = "checksum mismatch";
+					return EMBER_ECORRUPT;
+				}
+				*out = r;
+				return CUR_DISK;
+			}
+			want = size;
+		}
+		if (tries >= 2) {
+			c->why = "the file ends inside the record";
+			return EMBER_ECORRUPT;
+		}
+		int rc = cursor_fill(c, a, want);
+		if (rc < 0)
+			return rc;
+	}
+}
+
+/*
+ * The next record: CUR_DISK (*out in the window, checksum checked), CUR_MEM (*out
+ * in the ring; the cursor is protected until cursor_pause), CUR_END, EMBER_ECORRUPT
+ * (c->why says what, at c->a), or an I/O error. The caller advances c->a.
+ */
+static int cursor_next(struct cursor *c, struct record **out)
+{
+	uint64_t a = hlog_skip_gap(c->log, c->a);
+	c->a = a;
+	if (a >= c->end) {
+		cursor_pause(c);
+		return CUR_END;
+	}
+	if (!c->prot && a >= hlog_load(&c->log->flushed)) {
+		epoch_protect(c->db->ep, c->s->slot);
+		c->prot = 1;
+		if (a < hlog_load(&c->log->flushed))
+			cursor_pause(c); /* flushed passed it meanwhile: read the file */
+	}
+	if (c->prot) {
+		struct record *r = hlog_rec(c->log, a);
+		c->why = rec_bad(c, a, r, c->end);
+		if (c->why)
+			return EMBER_ECORRUPT;
+		*out = r;
+		return CUR_MEM;
+	}
+	return disk_record(c, a, out);
+}
+
+/*
+ * After a failure at c->a on disk: move c->a to the next address from which
+ * well-formed records with matching checksums start (note 10), or to flushed (a
+ * record boundary) when there is none below it. Returns 0 or an I/O error.
+ */
+static int cursor_resync(struct cursor *c)
+{
+	uint64_t flushed = hlog_load(&c->log->flushed);
+	for (uint64_t p = c->a + 8;; p += 8) {
+		p = hlog_skip_gap(c->log, p);
+		if (p >= flushed || p >= c->end) {
+			c->a = flushed > c->a ? flushed : p;
+			return 0;
+		}
+		if (!(p >= c->off && p + REC_HDR_SIZE <= c->off + c->len && p < c->flushed)) {
+			int rc = cursor_fill(c, p, WINDOW);
+			if (rc < 0)
+				return rc;
+			if (p + REC_HDR_SIZE > c->off + c->len) {
+				c->a = flushed; /* the file ends before flushed */
+				return 0;
+			}
+		}
+		struct record *r = (struct record *)(void *)(c->buf + (p - c->off));
+		if (rec_bad(c, p, r, c->flushed))
+			continue;
+		uint64_t size = rec_total_size(r);
+		if (p + size > c->off + c->len) {
+			int rc = cursor_fill(c, p, size);
+			if (rc < 0)
+				return rc;
+			if (p + size > c->off + c->len)
+				continue;
+			r = (struct record *)(void *)(c->buf + (p - c->off));
+		}
+		if (r->checksum == rec_checksum(r)) {
+			c->a = p;
+			return 0;
+		}
+	}
+}
+
+/* Wait until every thread has left the epoch current now (the caller is not
+ * protected): every record below a tail read before the call is complete. */
+static void wait_epoch(struct ember_db *db)
+{
+	/* seq_cst: the epoch is read after the tails the caller loaded */
+	uint64_t e = atomic_load(&db->ep->current);
+	epoch_bump(db->ep, NULL, NULL);
+	while (epoch_safe(db->ep) < e) {
+		epoch_drain(db->ep);
+		struct timespec ts = {0, 20000};
+		nanosleep(&ts, NULL);
+	}
+}
+
+/* An internal session whose I/O is counted apart (note 4). */
+static int walk_session(struct ember_db *db, struct sess_stats *st, ember_session **s)
+{
+	int rc = session_create(db, 1, s);
+	if (rc < 0)
+		return rc;
+	(*s)->cur = st;
+	return 0;
+}
+
+/* ---- ember_iterate ------------------------------------------------------------------ */
+
+enum { ST_HOT, ST_SHADOW, ST_COLD };   /* what a candidate's next step decides */
+enum { P_MEM, P_DISK, P_DONE };        /* where its next step runs */
+enum { CH_FOUND, CH_NONE, CH_DISK };   /* chain_below's answers */
+
+struct cand {
+	uint64_t addr;       /* the record's address in its log */
+	uint64_t hash;
+	uint64_t next;       /* where the step's chain walk starts, or LK_FROM_INDEX */
+	uint64_t chunk_addr; /* cold steps: the chunk copy and entry the walk started from */
+	uint64_t entry;
+	size_t koff, voff;   /* key and value copies in the arena */
+	uint32_t klen, vlen;
+	uint8_t step, pend, live;
+};
+
+struct iter {
+	struct ember_db *db;
+	ember_session *s;
+	ember_iter_fn fn;
+	void *arg;
+	uint64_t t_hot, t_cold; /* the tail snapshots */
+	struct cand *cand;
+	size_t n;
+	struct lookup *lk;
+	uint8_t *arena;
+	size_t alen, acap;
+	int err;             /* the first lookup error of a round */
+	struct sess_stats st;
+};
+
+static int arena_reserve(struct iter *it, size_t more)
+{
+	size_t need = it->alen + more;
+	if (need <= it->acap)
+		return 0;
+	size_t cap = it->acap ? it->acap : 1u << 16;
+	while (cap < need)
+		cap *= 2;
+	uint8_t *p = em_alloc(cap);
+	if (!p)
+		return EMBER_ENOMEM;
+	if (it->alen)
+		memcpy(p, it->arena, it->alen);
+	em_free(it->arena, it->acap);
+	it->arena = p;
+	it->acap = cap;
+	return 0;
+}
+
+/*
+ * In memory, from chain address a: the first record of key below limit (CH_FOUND,
+ * at *at), the end of the chain (CH_NONE), or the first address on disk (CH_DISK,
+ * *at), which may be the record wanted or above it. Caller protected.
+ */
+static int chain_below(struct hlog *log, uint64_t a, const void *key, uint32_t klen,
+		       uint64_t limit, uint64_t *at)
+{
+	uint64_t head = hlog_load(&log->head), begin = hlog_load(&log->begin);
+	while (a >= EM_LOG_START && a >= begin) {
+		if (a < head) {
+			*at = a;
+			return CH_DISK;
+		}
+		struct record *r = hlog_rec(log, a);
+		if (a < limit && rec_key_eq(r, key, klen)) {
+			*at = a;
+			return CH_FOUND;
+		}
+		a = rec_prev(r);
+	}
+	return CH_NONE;
+}
+
+static void decided(struct cand *c, int live)
+{
+	c->live = (uint8_t)live;
+	c->pend = P_DONE;
+}
+
+/* A chain walk of c's step ended with res (chain_below's answer) at at. */
+static void chain_result(struct cand *c, int res, uint64_t at)
+{
+	if (c->step == ST_SHADOW) {
+		if (res == CH_FOUND) {
+			decided(c, 0); /* the key has a hot record: its cold ones are shadowed */
+		} else if (res == CH_NONE) {
+			c->step = ST_COLD;
+			c->next = LK_FROM_INDEX;
+			c->pend = P_MEM;
+		} else {
+			c->next = at;
+			c->pend = P_DISK;
+		}
+		return;
+	}
+	if (res == CH_FOUND)
+		decided(c, at == c->addr);
+	else if (res == CH_NONE)
+		decided(c, 0);
+	else if (at <= c->addr)
+		decided(c, at == c->addr); /* the chain reaches the disk at the record, or skips it */
+	else {
+		c->next = at;
+		c->pend = P_DISK;
+	}
+}
+
+/* One memory step of c. Caller protected. */
+static void resolve_mem(struct iter *it, struct cand *c)
+{
+	struct ember_db *db = it->db;
+	const void *key = it->arena + c->koff;
+	uint64_t a = c->next, at = 0;
+	if (c->step != ST_COLD) {
+		if (a == LK_FROM_INDEX) {
+			uint64_t e = 0;
+			if (!hi_find(&db->index, c->hash, &e)) {
+				chain_result(c, CH_NONE, 0);
+				return;
+			}
+			a = hot_chain(db, e);
+		}
+		int res = chain_below(db->hot, a, key, c->klen, it->t_hot, &at);
+		chain_result(c, res, at);
+		return;
+	}
+	if (a == LK_FROM_INDEX) {
+		struct cold_index *ci = &db->cidx;
+		uint64_t ca = ci_table_load(ci, ci_chunk_of(ci, c->hash));
+		if (!ca) {
+			decided(c, 0);
+			return;
+		}
+		if (ca < hlog_load(&db->chunks->head)) {
+			c->pend = P_DISK; /* the chunk is on disk: a lookup reads it */
+			return;
+		}
+		a = ci_entry(ci, hlog_rec(db->chunks, ca), c->hash);
+		c->chunk_addr = ca;
+		c->entry = a;
+	}
+	int res = chain_below(db->cold, a, key, c->klen, it->t_cold, &at);
+	chain_result(c, res, at);
+}
+
+static void decide_done(void *ctx, struct lookup *l, int status, struct record *rec,
+			int in_memory)
+{
+	(void)in_memory;
+	struct iter *it = ctx;
+	struct cand *c = &it->cand[l->user];
+	if (status == EMBER_ENOTFOUND) {
+		chain_result(c, CH_NONE, 0);
+		return;
+	}
+	if (status < 0) {
+		if (!it->err)
+			it->err = status;
+		decided(c, 0);
+		return;
+	}
+	if (c->step == ST_COLD) {
+		c->chunk_addr = l->chunk_addr;
+		c->entry = l->entry;
+	}
+	uint64_t limit = c->step == ST_COLD ? it->t_cold : it->t_hot;
+	if (l->found >= limit) {
+		/* written after the snapshot: the key's record as of the snapshot is
+		 * further down the chain (note 6) */
+		uint64_t p = rec_prev(rec);
+		if (p < EM_LOG_START) {
+			chain_result(c, CH_NONE, 0);
+			return;
+		}
+		c->next = p;
+		c->pend = P_MEM;
+		return;
+	}
+	chain_result(c, CH_FOUND, l->found);
+}
+
+/* Decide every candidate of the group (note 7). Caller unprotected. */
+static int group_decide(struct iter *it)
+{
+	struct ember_db *db = it->db;
+	for (;;) {
+		epoch_protect(db->ep, it->s->slot);
+		for (size_t i = 0; i < it->n; i++)
+			while (it->cand[i].pend == P_MEM)
+				resolve_mem(it, &it->cand[i]);
+		epoch_unprotect(db->ep, it->s->slot);
+		size_t m = 0;
+		for (size_t i = 0; i < it->n; i++) {
+			struct cand *c = &it->cand[i];
+			if (c->pend != P_DISK)
+				continue;
+			int cold = c->step == ST_COLD;
+			it->lk[m++] = (struct lookup){.key = it->arena + c->koff,
+						      .klen = c->klen,
+						      .phase = (uint8_t)(cold ? LK_COLD : LK_HOT),
+						      .flags = (uint8_t)(cold ? LK_COLD_ONLY : LK_HOT_ONLY),
+						      .hash = c->hash,
+						      .addr = c->next,
+						      .chunk_addr = c->chunk_addr,
+						      .entry = c->entry,
+						      .user = i};
+			c->pend = P_MEM; /* decide_done moves it on */
+		}
+		if (!m)
+			return 0;
+		it->err = 0;
+		int rc = lookups_run(it->s, it->lk, m, decide_done, it);
+		if (rc < 0)
+			return rc;
+		if (it->err == EMBER_ECORRUPT)
+			db_report(db, "iterate: a liveness lookup read a damaged record");
+		if (it->err)
+			return it->err;
+	}
+}
+
+/* Decide the group, hand its live records to fn, and empty it. */
+static int group_flush(struct iter *it)
+{
+	int rc = group_decide(it);
+	for (size_t i = 0; rc == 0 && i < it->n; i++) {
+		struct cand *c = &it->cand[i];
+		if (c->live)
+			rc = it->fn(it->arg, it->arena + c->koff, c->klen, it->arena + c->voff, c->vlen);
+	}
+	it->n = 0;
+	it->alen = 0;
+	return rc;
+}
+
+/* Copy the record at a into the group as a candidate (tombstones are never emitted:
+ * they are skipped here). in_memory: the cursor is protected and r is in the ring. */
+static int group_add(struct iter *it, struct record *r, uint64_t a, int in_memory, int step)
+{
+	uint64_t hdr = rec_header(r);
+	if (hdr & (REC_FILLER | REC_INVALID | REC_TOMBSTONE))
+		return 0;
+	uint32_t klen = r->key_len;
+	int rc = arena_reserve(it, em_align_up(klen, 8) + r->val_cap);
+	if (rc < 0)
+		return rc;
+	struct cand *c = &it->cand[it->n];
+	*c = (struct cand){.addr = a, .next = LK_FROM_INDEX, .koff = it->alen, .klen = klen,
+			   .step = (uint8_t)step, .pend = P_MEM};
+	memcpy(it->arena + c->koff, rec_key(r), klen);
+	c->voff = c->koff + em_align_up(klen, 8);
+	size_t vlen = 0;
+	if (in_memory) {
+		/* the value may change in place: copy it under its sequence lock */
+		if (rec_read_value(r, it->arena + c->voff, r->val_cap, &vlen) != 0)
+			return 0; /* deleted in place meanwhile */
+	} else {
+		vlen = atomic_load_explicit(&r->val_len, memory_order_relaxed); /* a private copy */
+		memcpy(it->arena + c->voff, rec_value(r), vlen);
+	}
+	c->vlen = (uint32_t)vlen;
+	c->hash = em_hash(it->arena + c->koff, klen);
+	it->alen = c->voff + vlen;
+	it->n++;
+	return 0;
+}
+
+/* Walk one log to its snapshot tail. */
+static int iter_log(struct iter *it, struct hlog *log, struct em_file *f, const char *name,
+		    uint64_t max_record, uint64_t end, int step)
+{
+	struct cursor cur;
+	cursor_init(&cur, it->s, log, f, name, max_record, 0, end);
+	int rc = 0;
+	for (;;) {
+		struct record *r = NULL;
+		int k = cursor_next(&cur, &r);
+		if (k == CUR_END)
+			break;
+		if (k < 0) {
+			rc = k;
+			if (k == EMBER_ECORRUPT)
+				db_report(it->db, "iterate: %s offset %" PRIu64 ": %s", name, cur.a, cur.why);
+			break;
+		}
+		rc = group_add(it, r, cur.a, k == CUR_MEM, step);
+		if (rc < 0)
+			break;
+		cur.a += rec_total_size(r);
+		if (it->n == GROUP || it->alen >= GROUP_BYTES) {
+			cursor_pause(&cur);
+			rc = group_flush(it);
+			if (rc != 0)
+				break;
+		}
+	}
+	cursor_free(&cur);
+	if (rc == 0 && it->n)
+		rc = group_flush(it);
+	it->n = 0;
+	it->alen = 0;
+	return rc;
+}
+
+int ember_iterate(ember_db *db, ember_iter_fn fn, void *arg)
+{
+	if (!db || db->magic != DB_MAGIC || !fn)
+		return EMBER_EINVAL;
+	struct iter it = {.db = db, .fn = fn, .arg = arg};
+	int rc = walk_session(db, &it.st, &it.s);
+	if (rc < 0)
+		return rc;
+	it.cand = em_alloc(sizeof(*it.cand) * GROUP);
+	it.lk = em_alloc(sizeof(*it.lk) * GROUP);
+	if (!it.cand || !it.lk) {
+		rc = EMBER_ENOMEM;
+		goto undo_alloc;
+	}
+	struct compactor *comp = db->comp;
+	if (comp)
+		pthread_mutex_lock(&comp->pass_mu); /* note 5 */
+	it.t_hot = hlog_load(&db->hot->tail);
+	it.t_cold = hlog_load(&db->cold->tail);
+	wait_epoch(db);
+	rc = iter_log(&it, db->hot, &db->hot_file, "hot.log", db->max_record, it.t_hot, ST_HOT);
+	if (rc == 0)
+		rc = iter_log(&it, db->cold, &db->cold_file, "cold.log", db->cold_max_record,
+			      it.t_cold, ST_SHADOW);
+	if (comp)
+		pthread_mutex_unlock(&comp->pass_mu);
+undo_alloc:
+	em_free(it.arena, it.acap);
+	em_free(it.lk, 0);
+	em_free(it.cand, 0);
+	session_free_internal(it.s);
+	return rc;
+}
+
+/* ---- ember_verify --------------------------------------------------------------------- */
+
+struct verify {
+	struct ember_db *db;
+	ember_session *s;
+	ember_verify_report *rep;
+	struct sess_stats st;
+};
+
+__attribute__((format(printf, 4, 5))) static void
+note_error(struct verify *v, const char *name, uint64_t off, const char *fmt, ...)
+{
+	ember_verify_report *rep = v->rep;
+	if (rep->errors++ == 0) {
+		char what[192];
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(what, sizeof(what), fmt, ap);
+		va_end(ap);
+		snprintf(rep->first_error, sizeof(rep->first_error), "%s offset %" PRIu64 ": %s", name,
+			 off, what);
+	}
+}
+
+static int verify_log(struct verify *v, struct hlog *log, struct em_file *f, const char *name,
+		      uint64_t max_record, int chunks, uint64_t end)
+{
+	struct cursor cur;
+	cursor_init(&cur, v->s, log, f, name, max_record, chunks, end);
+	int rc = 0;
+	unsigned in_mem = 0;
+	for (;;) {
+		struct record *r = NULL;
+		int k = cursor_next(&cur, &r);
+		if (k == CUR_END)
+			break;
+		if (k == EMBER_ECORRUPT) {
+			uint64_t begin = hlog_load(&log->begin);
+			if (cur.a < begin) {
+				cursor_pause(&cur); /* compaction released it meanwhile (note 9) */
+				cur.a = begin;
+				continue;
+			}
+			note_error(v, name, cur.a, "%s", cur.why);
+			if (cur.prot)
+				break; /* in memory: nothing to resynchronise on */
+			rc = cursor_resync(&cur);
+			if (rc < 0)
+				break;
+			continue;
+		}
+		if (k < 0) {
+			rc = k;
+			break;
+		}
+		uint64_t size = rec_total_size(r);
+		v->rep->records++;
+		v->rep->bytes += size;
+		cur.a += size;
+		if (k == CUR_MEM && ++in_mem == MEM_BATCH) {
+			cursor_pause(&cur); /* let the log's boundaries move */
+			in_mem = 0;
+		}
+	}
+	cursor_free(&cur);
+	return rc;
+}
+
+/* Why the chunk copy at w, in memory, is not a good copy of chunk id (NULL: it is).
+ * Caller protected, w at or above the chunk log's head. */
+static const char *chunk_bad_mem(struct cursor *c, uint64_t id, uint64_t w)
+{
+	struct hlog *log = c->db->chunks;
+	uint64_t tail = hlog_load(&log->tail);
+	if (w + REC_HDR_SIZE > tail)
+		return "the table names an address past the chunk log's tail";
+	struct record *r = hlog_rec(log, w);
+	const char *why = rec_bad(c, w, r, tail);
+	if (!why && !ci_chunk_ok(&c->db->cidx, r, id))
+		why = "the table names a record that is not this chunk";
+	return why;
+}
+
+/* Why the chunk copy at w, on disk, is not a good copy of chunk id (*why NULL: it
+ * is). Returns 0 or an I/O error. */
+static int chunk_bad_disk(struct cursor *c, uint64_t id, uint64_t w, const char **why)
+{
+	struct hlog *log = c->db->chunks;
+	struct record *r = NULL;
+	*why = NULL;
+	if (w < hlog_load(&log->begin)) {
+		*why = "the table names a chunk copy below the chunk log's begin";
+		return 0;
+	}
+	int k = disk_record(c, w, &r);
+	if (k == EMBER_ECORRUPT)
+		*why = c->why;
+	else if (k < 0)
+		return k;
+	else if (!ci_chunk_ok(&c->db->cidx, r, id))
+		*why = "the table names a record that is not this chunk";
+	return 0;
+}
+
+struct table_ctx {
+	uint64_t *bad; /* chunk ids whose lookup failed */
+	size_t nbad;
+	int err;
+};
+
+static void table_done(void *ctx, struct lookup *l, int status, struct record *rec, int in_memory)
+{
+	(void)rec;
+	(void)in_memory;
+	struct table_ctx *t = ctx;
+	if (status == 0)
+		return;
+	if (status != EMBER_EAGAIN && status != EMBER_ECORRUPT) {
+		if (!t->err)
+			t->err = status; /* an I/O error */
+		return;
+	}
+	t->bad[t->nbad++] = l->user;
+}
+
+/* A word whose chunk failed its lookup: judge it again from the table (note 11). */
+static int table_recheck(struct verify *v, struct cursor *c, uint64_t id)
+{
+	struct ember_db *db = v->db;
+	struct cold_index *ci = &db->cidx;
+	for (int tries = 0; tries < 4; tries++) {
+		const char *why = NULL;
+		epoch_protect(db->ep, v->s->slot);
+		uint64_t w = ci_table_load(ci, id);
+		if (w && w >= hlog_load(&db->chunks->head))
+			why = chunk_bad_mem(c, id, w);
+		epoch_unprotect(db->ep, v->s->slot);
+		if (!w)
+			return 0;
+		if (w >= hlog_load(&db->chunks->head)) {
+			if (why)
+				note_error(v, c->name, w, "chunk %" PRIu64 ": %s", id, why);
+			return 0;
+		}
+		int rc = chunk_bad_disk(c, id, w, &why);
+		if (rc < 0)
+			return rc;
+		if (!why)
+			return 0;
+		if (ci_table_load(ci, id) == w) {
+			note_error(v, c->name, w, "chunk %" PRIu64 ": %s", id, why);
+			return 0;
+		}
+		/* the chunk moved meanwhile: judge its new copy */
+	}
+	return 0;
+}
+
+static int verify_table(struct verify *v)
+{
+	struct ember_db *db = v->db;
+	struct cold_index *ci = &db->cidx;
+	struct cursor c;
+	cursor_init(&c, v->s, db->chunks, &db->chunk_file, "cold.idx", db->max_record, 1, 0);
+	struct lookup *lk = em_alloc(sizeof(*lk) * TABLE_BATCH);
+	uint64_t *bad = em_alloc(sizeof(uint64_t) * TABLE_BATCH);
+	int rc = 0;
+	if (!lk || !bad) {
+		rc = EMBER_ENOMEM;
+		goto out;
+	}
+	for (uint64_t c0 = 0; c0 < ci->nchunks && rc == 0; c0 += TABLE_BATCH) {
+		uint64_t c1 = c0 + TABLE_BATCH < ci->nchunks ? c0 + TABLE_BATCH : ci->nchunks;
+		size_t m = 0;
+		epoch_protect(db->ep, v->s->slot);
+		uint64_t head = hlog_load(&db->chunks->head);
+		for (uint64_t id = c0; id < c1; id++) {
+			uint64_t w = ci_table_load(ci, id);
+			if (!w)
+				continue;
+			v->rep->chunks++;
+			if (w < head) {
+				lk[m++] = (struct lookup){.phase = LK_CHUNK, .flags = LK_CHUNK_ONLY,
+							  .hash = id << 20, .addr = w, .user = id};
+				continue;
+			}
+			const char *why = chunk_bad_mem(&c, id, w);
+			if (why)
+				note_error(v, "cold.idx", w, "chunk %" PRIu64 ": %s", id, why);
+		}
+		epoch_unprotect(db->ep, v->s->slot);
+		if (!m)
+			continue;
+		struct table_ctx t = {bad, 0, 0};
+		rc = lookups_run(v->s, lk, m, table_done, &t);
+		if (rc == 0)
+			rc = t.err;
+		for (size_t i = 0; rc == 0 && i < t.nbad; i++)
+			rc = table_recheck(v, &c, t.bad[i]);
+	}
+out:
+	cursor_free(&c);
+	em_free(bad, 0);
+	em_free(lk, 0);
+	return rc;
+}
+
+int ember_verify(ember_db *db, ember_verify_report *report)
+{
+	if (!db || db->magic != DB_MAGIC || !report)
+		return EMBER_EINVAL;
+	memset(report, 0, sizeof(*report));
+	struct verify v = {.db = db, .rep = report};
+	int rc = walk_session(db, &v.st, &v.s);
+	if (rc < 0)
+		return rc;
+	uint64_t t_hot = hlog_load(&db->hot->tail);
+	uint64_t t_cold = hlog_load(&db->cold->tail);
+	uint64_t t_chunks = hlog_load(&db->chunks->tail);
+	wait_epoch(db);
+	rc = verify_log(&v, db->hot, &db->hot_file, "hot.log", db->max_record, 0, t_hot);
+	if (rc == 0)
+		rc = verify_log(&v, db->cold, &db->cold_file, "cold.log", db->cold_max_record, 0, t_cold);
+	if (rc == 0)
+		rc = verify_log(&v, db->chunks, &db->chunk_file, "cold.idx", db->max_record, 1, t_chunks);
+	if (rc == 0)
+		rc = verify_table(&v);
+	session_free_internal(v.s);
+	if (rc < 0)
+		return rc;
+	if (report->errors) {
+		db_report(db, "verify: %" PRIu64 " error(s); the first: %s", report->errors,
+			  report->first_error);
+		return EMBER_ECORRUPT;
+	}
+	return 0;
+}

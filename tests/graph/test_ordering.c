@@ -18,10 +18,13 @@
  *     resident somewhere (t < c); p - c swaps; buckets assigned exactly where the
  *     two ends meet; non-training partitions within c-t of each other in the walk
  *     are co-resident.
+ *   Any number of threads may read one ordering at once, and create is reentrant
+ *   (4 threads; run it under TSan too).
  */
 #include "ember_graph.h"
 #include "test_util.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -391,6 +394,73 @@ static void check_determinism(void)
 	}
 }
 
+/*
+ * Concurrent readers: an ordering is immutable, so threads may read it at once, and
+ * create is reentrant. Each thread sums every state and bucket of a shared ordering
+ * and of one it builds itself with the same options; all sums must agree.
+ */
+typedef struct reader_arg {
+	const ember_graph_ordering *shared;
+	uint64_t sum_shared, sum_own;
+} reader_arg;
+
+static uint64_t ordering_digest(const ember_graph_ordering *ord)
+{
+	ember_graph_ordering_info info;
+	CHECK_OK(ember_graph_ordering_info_get(ord, &info));
+	uint64_t h = 0;
+	for (uint32_t s = 0; s < info.states; s++) {
+		const uint32_t *st, *b;
+		uint32_t n;
+		CHECK_OK(ember_graph_ordering_state(ord, s, &st));
+		CHECK_OK(ember_graph_ordering_state_buckets(ord, s, &b, &n));
+		for (uint32_t k = 0; k < info.capacity; k++)
+			h = h * 1000003 + st[k];
+		for (uint32_t k = 0; k < n; k++)
+			h = h * 31 + b[k] + s;
+	}
+	return h;
+}
+
+static void *reader_main(void *p)
+{
+	reader_arg *a = p;
+	a->sum_shared = ordering_digest(a->shared);
+	ember_graph_ordering_options o;
+	ember_graph_ordering_options_default(&o);
+	o.seed = 7;
+	o.comet_group = 2;
+	ember_graph_ordering *own;
+	CHECK_OK(ember_graph_ordering_create(48, 8, EMBER_GRAPH_ORDERING_COMET, &o, &own));
+	a->sum_own = ordering_digest(own);
+	ember_graph_ordering_destroy(own);
+	return NULL;
+}
+
+static void check_concurrent_readers(void)
+{
+	ember_graph_ordering_options o;
+	ember_graph_ordering_options_default(&o);
+	o.seed = 7;
+	o.comet_group = 2;
+	ember_graph_ordering *ord;
+	CHECK_OK(ember_graph_ordering_create(48, 8, EMBER_GRAPH_ORDERING_COMET, &o, &ord));
+	uint64_t want = ordering_digest(ord);
+	enum { NT = 4 };
+	pthread_t th[NT];
+	reader_arg args[NT];
+	for (int i = 0; i < NT; i++) {
+		args[i] = (reader_arg){.shared = ord};
+		CHECK(pthread_create(&th[i], NULL, reader_main, &args[i]) == 0, "pthread_create");
+	}
+	for (int i = 0; i < NT; i++) {
+		CHECK(pthread_join(th[i], NULL) == 0, "pthread_join");
+		CHECK(args[i].sum_shared == want && args[i].sum_own == want,
+		      "thread %d read a different ordering", i);
+	}
+	ember_graph_ordering_destroy(ord);
+}
+
 int main(int argc, char **argv)
 {
 	tu_init("test_ordering", argc, argv);
@@ -460,6 +530,7 @@ int main(int argc, char **argv)
 	printf("SEQUENTIAL: %lu (p, c, t) checked\n", (unsigned long)n_seq + 2);
 
 	check_determinism();
+	check_concurrent_readers();
 	printf("ok\n");
 	return 0;
 }

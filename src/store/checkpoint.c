@@ -857,7 +857,8 @@ static void skip(struct ember_db *db, const char *name, const char *why, int cod
 	db_report(db, "%s", db->recovery.detail);
 }
 
-/* Load and check one checkpoint's files into ck. */
+/* Load and check one checkpoint's files into ck. Returns 0, 1 when it has no meta
+ * (partial: never completed), or an error (damaged). */
 static int load_one(struct ember_db *db, struct em_ring *ring, const char *name,
 		    const struct store_geometry *geo, struct ckpt_meta *m)
 {
@@ -865,7 +866,7 @@ static int load_one(struct ember_db *db, struct em_ring *ring, const char *name,
 	int rc = read_meta(db, ring, name, m);
 	if (rc == -ENOENT) {
 		skip(db, name, "no meta file (partial checkpoint)", rc);
-		return rc;
+		return 1;
 	}
 	if (rc < 0) {
 		skip(db, name, "meta unreadable or damaged", rc);
@@ -926,7 +927,7 @@ int ckpt_find(struct ember_db *db, const struct store_geometry *geo, struct ckpt
 			rc = lrc;
 			break;
 		}
-		if (lrc != -ENOENT)
+		if (lrc != 1)
 			complete_seen = 1; /* a meta existed: data may be lost if we go on empty */
 	}
 	em_ring_exit(&ring);

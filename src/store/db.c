@@ -366,9 +366,13 @@ static int log_open(struct ember_db *db, const char *name, uint64_t mem, double 
 	char *path = path_join(db->dir, name);
 	if (!path)
 		return EMBER_ENOMEM;
-	int fl = db->readonly ? EM_FILE_READONLY : begin ? EM_FILE_CREATE
-							   : EM_FILE_CREATE | EM_FILE_TRUNCATE;
+	/* a recovered log must exist: creating it empty would turn a lost file into
+	 * reads that fail one by one instead of a clean error here */
+	int fl = db->readonly ? EM_FILE_READONLY : begin ? 0 : EM_FILE_CREATE | EM_FILE_TRUNCATE;
 	int rc = em_file_open(file, path, fl);
+	if (rc < 0 && begin)
+		db_report(db, "%s: cannot open a log the checkpoint needs: %s", path,
+			  ember_strerror(rc));
 	em_free(path, 0);
 	if (rc < 0)
 		return rc;

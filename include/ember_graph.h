@@ -432,6 +432,12 @@ typedef struct ember_graph_plan {
 	const uint32_t *bucket_state; /* p x p */
 } ember_graph_plan;
 
+/*
+ * The same from an ordering (see the orderings section): its states and bucket
+ * assignment become the plan. The ordering may be destroyed after the call.
+ */
+int ember_graph_buffer_set_ordering(ember_graph_buffer *b, const ember_graph_ordering *ord);
+
 /* ember_graph_buffer_options.flags */
 #define EMBER_GRAPH_BUFFER_READ_ONLY 0x1u /* never write node data back: updates
 					     are allowed and dropped at eviction */

@@ -1228,3 +1228,39 @@ int ember_graph_buffer_stats_get(ember_graph_buffer *b, ember_graph_buffer_stats
 	pthread_mutex_unlock(&b->mu);
 	return 0;
 }
+
+int ember_graph_buffer_set_ordering(ember_graph_buffer *b, const ember_graph_ordering *ord)
+{
+	ember_graph_ordering_info oi;
+	if (!b || !ord || ember_graph_ordering_info_get(ord, &oi) < 0)
+		return EMBER_EINVAL;
+	if (oi.partitions != b->p || oi.capacity != b->c || oi.states == 0)
+		return EMBER_EINVAL;
+	uint64_t pp = (uint64_t)b->p * b->p;
+	uint32_t *states = em_alloc((size_t)oi.states * b->c * 4);
+	uint32_t *bstate = em_alloc(pp * 4);
+	int rc = 0;
+	if (!states || !bstate) {
+		rc = EMBER_ENOMEM;
+		goto undo_mem;
+	}
+	for (uint32_t k = 0; k < oi.states && rc == 0; k++) {
+		const uint32_t *slots = NULL;
+		rc = ember_graph_ordering_state(ord, k, &slots);
+		if (rc == 0)
+			memcpy(states + (size_t)k * b->c, slots, (size_t)b->c * 4);
+	}
+	for (uint32_t i = 0; i < b->p && rc == 0; i++)
+		for (uint32_t j = 0; j < b->p && rc == 0; j++)
+			rc = ember_graph_ordering_bucket_state(ord, i, j, &bstate[(uint64_t)i * b->p + j]);
+	if (rc == 0) {
+		ember_graph_plan plan = {.partitions = b->p, .capacity = b->c,
+					 .num_states = oi.states, .states = states,
+					 .bucket_state = bstate};
+		rc = ember_graph_buffer_set_plan(b, &plan);
+	}
+undo_mem:
+	em_free(states, 0);
+	em_free(bstate, 0);
+	return rc;
+}

@@ -69,8 +69,8 @@ static void fixture_free(struct graph_fixture *fx)
 }
 
 /* One epoch: every batch's edges add 1 to both ends. Checks the examples. */
-static void run_epoch(struct graph_fixture *fx, ember_graph_buffer *b, const tg_plan *tp,
-		      uint32_t dim, int update)
+static void run_epoch_ord(struct graph_fixture *fx, ember_graph_buffer *b, const tg_plan *tp,
+			  uint32_t dim, int update, const ember_graph_ordering *ord)
 {
 	uint32_t p = fx->p, c = tp->plan.capacity;
 	uint64_t *seen = calloc((size_t)p * p, 8);
@@ -82,7 +82,10 @@ static void run_epoch(struct graph_fixture *fx, ember_graph_buffer *b, const tg_
 		ones[i] = 1.0f;
 	ember_graph_info gi;
 	CHECK_OK(ember_graph_info_get(fx->g, &gi));
-	CHECK_OK(ember_graph_buffer_set_plan(b, &tp->plan));
+	if (ord)
+		CHECK_OK(ember_graph_buffer_set_ordering(b, ord));
+	else
+		CHECK_OK(ember_graph_buffer_set_plan(b, &tp->plan));
 	uint64_t total = 0;
 	for (uint32_t k = 0;; k++) {
 		ember_graph_state st;
@@ -135,6 +138,75 @@ static void run_epoch(struct graph_fixture *fx, ember_graph_buffer *b, const tg_
 	free(seen);
 	free(nodes);
 	free(ones);
+}
+
+static void check_rows(struct graph_fixture *fx, uint32_t dim, uint64_t times);
+
+static void run_epoch(struct graph_fixture *fx, ember_graph_buffer *b, const tg_plan *tp,
+		      uint32_t dim, int update)
+{
+	run_epoch_ord(fx, b, tp, dim, update, NULL);
+}
+
+/* A tg_plan holding a copy of an ordering's states and bucket states. */
+static void plan_of_ordering(tg_plan *tp, const ember_graph_ordering *ord)
+{
+	ember_graph_ordering_info oi;
+	CHECK_OK(ember_graph_ordering_info_get(ord, &oi));
+	uint32_t p = oi.partitions, c = oi.capacity;
+	tp->states = malloc((size_t)oi.states * c * 4);
+	tp->bucket_state = malloc((size_t)p * p * 4);
+	CHECK(tp->states && tp->bucket_state, "malloc");
+	for (uint32_t k = 0; k < oi.states; k++) {
+		const uint32_t *sl;
+		CHECK_OK(ember_graph_ordering_state(ord, k, &sl));
+		memcpy(tp->states + (size_t)k * c, sl, (size_t)c * 4);
+	}
+	for (uint32_t i = 0; i < p; i++)
+		for (uint32_t j = 0; j < p; j++)
+			CHECK_OK(ember_graph_ordering_bucket_state(ord, i, j,
+								   &tp->bucket_state[i * p + j]));
+	tp->plan = (ember_graph_plan){.partitions = p, .capacity = c, .num_states = oi.states,
+				      .states = tp->states, .bucket_state = tp->bucket_state};
+}
+
+/* The degree epoch driven by BETA and COMET orderings (set_ordering). */
+static void test_orderings(struct graph_fixture *fx, uint64_t times_before)
+{
+	const uint32_t dim = 8, c = fx->p / 4;
+	ember_graph_buffer_options bo;
+	ember_graph_buffer_options_default(&bo);
+	bo.capacity = c;
+	ember_graph_buffer *b = NULL;
+	CHECK_OK(ember_graph_buffer_open(fx->g, &bo, &b));
+	int kinds[2] = {EMBER_GRAPH_ORDERING_BETA, EMBER_GRAPH_ORDERING_COMET};
+	for (int e = 0; e < 2; e++) {
+		ember_graph_ordering_options oo;
+		ember_graph_ordering_options_default(&oo);
+		oo.seed = tu_rng_next(tu_rng_global());
+		oo.epoch = (uint64_t)e;
+		if (kinds[e] == EMBER_GRAPH_ORDERING_COMET)
+			oo.comet_group = 2;
+		ember_graph_ordering *ord = NULL;
+		CHECK_OK(ember_graph_ordering_create(fx->p, c, kinds[e], &oo, &ord));
+		tg_plan tp;
+		plan_of_ordering(&tp, ord);
+		run_epoch_ord(fx, b, &tp, dim, 1, ord);
+		ember_graph_ordering_destroy(ord);
+		tg_plan_free(&tp);
+	}
+	CHECK_RC(ember_graph_buffer_set_ordering(b, NULL), EMBER_EINVAL);
+	ember_graph_ordering *wrong = NULL;
+	CHECK_OK(ember_graph_ordering_create(fx->p, c + 1, EMBER_GRAPH_ORDERING_BETA, NULL, &wrong));
+	CHECK_RC(ember_graph_buffer_set_ordering(b, wrong), EMBER_EINVAL);
+	ember_graph_ordering_destroy(wrong);
+	ember_graph_buffer_stats st;
+	CHECK_OK(ember_graph_buffer_stats_get(b, &st));
+	printf("  orderings BETA + COMET: states %llu read %llu written %llu\n",
+	       (unsigned long long)st.states, (unsigned long long)st.partitions_read,
+	       (unsigned long long)st.partitions_written);
+	CHECK_OK(ember_graph_buffer_close(b));
+	check_rows(fx, dim, times_before + 2);
 }
 
 static void check_rows(struct graph_fixture *fx, uint32_t dim, uint64_t times)
@@ -364,6 +436,8 @@ int main(int argc, char **argv)
 	test_degree(&fx, EMBER_GRAPH_BUFFER_NO_PREFETCH, 0, 1, times);
 	times += 1;
 	test_degree(&fx, 3, EMBER_GRAPH_BUFFER_ALL_EDGES, 2, times);
+	times += 2;
+	test_orderings(&fx, times);
 	times += 2;
 	test_read_only(&fx, times);
 	test_nodes(&fx);

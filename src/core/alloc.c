@@ -3,19 +3,27 @@
  */
 #include "core/alloc.h"
 
+#include "core/fault.h"
+
 #include <stdlib.h>
 #include <string.h>
+
+/* fault injection (core/fault.h): an injected failure returns NULL; 0 when compiled out */
+#define ALLOC_FAULT() EM_FAULT(EM_FAULT_ALLOC)
 
 #ifdef EMBER_USE_JEMALLOC
 #include <jemalloc/jemalloc.h>
 
-void *em_alloc(size_t size) { return mallocx(size ? size : 1, 0); }
+void *em_alloc(size_t size) { return ALLOC_FAULT() ? NULL : mallocx(size ? size : 1, 0); }
 
-void *em_zalloc(size_t size) { return mallocx(size ? size : 1, MALLOCX_ZERO); }
+void *em_zalloc(size_t size)
+{
+	return ALLOC_FAULT() ? NULL : mallocx(size ? size : 1, MALLOCX_ZERO);
+}
 
 void *em_alloc_aligned(size_t align, size_t size)
 {
-	return mallocx(size ? size : 1, MALLOCX_ALIGN(align));
+	return ALLOC_FAULT() ? NULL : mallocx(size ? size : 1, MALLOCX_ALIGN(align));
 }
 
 void em_free(void *ptr, size_t size)
@@ -27,13 +35,15 @@ void em_free(void *ptr, size_t size)
 
 #else
 
-void *em_alloc(size_t size) { return malloc(size ? size : 1); }
+void *em_alloc(size_t size) { return ALLOC_FAULT() ? NULL : malloc(size ? size : 1); }
 
-void *em_zalloc(size_t size) { return calloc(1, size ? size : 1); }
+void *em_zalloc(size_t size) { return ALLOC_FAULT() ? NULL : calloc(1, size ? size : 1); }
 
 void *em_alloc_aligned(size_t align, size_t size)
 {
 	void *p = NULL;
+	if (ALLOC_FAULT())
+		return NULL;
 	if (posix_memalign(&p, align, size ? size : 1) != 0)
 		return NULL;
 	return p;

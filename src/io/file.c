@@ -9,6 +9,8 @@
  */
 #include "io/file.h"
 
+#include "core/fault.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/falloc.h>
@@ -18,6 +20,9 @@
 
 int em_file_open(struct em_file *f, const char *path, int flags)
 {
+	int fault = EM_FAULT(EM_FAULT_FILE_OPEN); /* fault injection: fail as open(2) would */
+	if (fault)
+		return fault;
 	int oflags = O_CLOEXEC;
 	oflags |= (flags & EM_FILE_READONLY) ? O_RDONLY : O_RDWR;
 	if (flags & EM_FILE_CREATE)
@@ -57,6 +62,9 @@ int64_t em_file_size(struct em_file *f)
 int em_ring_init(struct em_ring *r, uint32_t depth)
 {
 	memset(r, 0, sizeof(*r));
+	int fault = EM_FAULT(EM_FAULT_RING_INIT); /* fault injection: fail as setup would */
+	if (fault)
+		return fault;
 	struct io_uring_params p;
 	memset(&p, 0, sizeof(p));
 	int rc = io_uring_queue_init_params(depth, &r->ring, &p);
@@ -71,6 +79,7 @@ void em_ring_exit(struct em_ring *r)
 {
 	if (!r->ready)
 		return;
+	EM_FAULT_RING_FORGET(r); /* fault injection: drop injected completions */
 	io_uring_queue_exit(&r->ring);
 	r->ready = 0;
 }
@@ -86,9 +95,38 @@ static struct io_uring_sqe *ring_sqe(struct em_ring *r)
 	return sqe;
 }
 
+/*
+ * Fault injection (core/fault.h): a request that must fail never reaches the
+ * kernel; it takes an in-flight slot like a real one and completes with res = err
+ * at a reap after the next submit. Compiled out, EM_FAULT is 0 and this is unused.
+ */
+static inline int ring_fault(struct em_ring *r, uint64_t user_data, int err)
+{
+#if defined(EMBER_FAULT_INJECTION) && EMBER_FAULT_INJECTION
+	if (r->inflight >= r->depth)
+		return -EBUSY;
+	int rc = em_fault_ring_queue(r, user_data, err);
+	if (rc < 0)
+		return rc;
+	r->inflight++;
+	return 0;
+#else
+	(void)r;
+	(void)user_data;
+	return err;
+#endif
+}
+#define RING_FAULT(r, site, user_data)                                          \
+	do {                                                                        \
+		int fault_ = EM_FAULT(site);                                        \
+		if (fault_)                                                         \
+			return ring_fault((r), (user_data), fault_);                \
+	} while (0)
+
 int em_ring_read(struct em_ring *r, struct em_file *f, void *buf, uint32_t len, uint64_t off,
 		 uint64_t user_data)
 {
+	RING_FAULT(r, EM_FAULT_IO_READ, user_data);
 	struct io_uring_sqe *sqe = ring_sqe(r);
 	if (!sqe)
 		return -EBUSY;
@@ -100,6 +138,7 @@ int em_ring_read(struct em_ring *r, struct em_file *f, void *buf, uint32_t len, 
 int em_ring_write(struct em_ring *r, struct em_file *f, const void *buf, uint32_t len,
 		  uint64_t off, uint64_t user_data)
 {
+	RING_FAULT(r, EM_FAULT_IO_WRITE, user_data);
 	struct io_uring_sqe *sqe = ring_sqe(r);
 	if (!sqe)
 		return -EBUSY;
@@ -110,6 +149,7 @@ int em_ring_write(struct em_ring *r, struct em_file *f, const void *buf, uint32_
 
 int em_ring_fsync(struct em_ring *r, struct em_file *f, uint64_t user_data)
 {
+	RING_FAULT(r, EM_FAULT_IO_FSYNC, user_data);
 	struct io_uring_sqe *sqe = ring_sqe(r);
 	if (!sqe)
 		return -EBUSY;
@@ -121,6 +161,7 @@ int em_ring_fsync(struct em_ring *r, struct em_file *f, uint64_t user_data)
 int em_ring_punch(struct em_ring *r, struct em_file *f, uint64_t off, uint64_t len,
 		  uint64_t user_data)
 {
+	RING_FAULT(r, EM_FAULT_IO_PUNCH, user_data);
 	struct io_uring_sqe *sqe = ring_sqe(r);
 	if (!sqe)
 		return -EBUSY;
@@ -131,10 +172,15 @@ int em_ring_punch(struct em_ring *r, struct em_file *f, uint64_t off, uint64_t l
 
 int em_ring_submit(struct em_ring *r)
 {
+	int fault = EM_FAULT(EM_FAULT_IO_SUBMIT); /* fault injection: nothing submitted */
+	if (fault)
+		return fault;
 	for (;;) {
 		int rc = io_uring_submit(&r->ring);
-		if (rc >= 0)
+		if (rc >= 0) {
+			EM_FAULT_RING_SUBMITTED(r); /* injected failures may now complete */
 			return 0;
+		}
 		if (rc != -EINTR && rc != -EAGAIN)
 			return rc;
 	}
@@ -153,6 +199,13 @@ static int ring_drain_ready(struct em_ring *r, em_ring_cb cb, void *ctx)
 		cb(ctx, ud, res);
 	}
 	io_uring_cq_advance(&r->ring, n);
+	uint64_t fud;
+	int fres;
+	while (EM_FAULT_RING_TAKE(r, &fud, &fres)) { /* fault injection: injected failures */
+		n++;
+		r->inflight--;
+		cb(ctx, fud, fres);
+	}
 	return (int)n;
 }
 

@@ -271,6 +271,10 @@ static void *hlog_worker(void *arg)
 			break;
 		worker_step(l);
 		if (l->ring.inflight > 0) {
+			/* writes queued by a flush whose submit failed never reach the kernel
+			 * by themselves: submit them again (the error stays sticky) */
+			if (io_uring_sq_ready(&l->ring.ring) > 0)
+				em_ring_submit(&l->ring);
 			em_ring_reap_timeout(&l->ring, 500, flush_done, l);
 			continue;
 		}
@@ -295,9 +299,14 @@ static void *hlog_worker(void *arg)
 		}
 		pthread_mutex_unlock(&l->mu);
 	}
-	while (l->ring.inflight > 0)
+	while (l->ring.inflight > 0) {
+		/* queued writes the kernel never got would be waited for forever: try to
+		 * submit them; if that fails too, they are lost (the error is sticky) */
+		if (io_uring_sq_ready(&l->ring.ring) > 0 && em_ring_submit(&l->ring) < 0)
+			break;
 		if (em_ring_reap(&l->ring, 1, flush_done, l) < 0)
 			break;
+	}
 	return NULL;
 }
 

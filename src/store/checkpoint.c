@@ -852,7 +852,7 @@ int ember_checkpoint_list(ember_db *db, ember_checkpoint_info *out, size_t cap, 
 static void skip(struct ember_db *db, const char *name, const char *why, int code)
 {
 	db->recovery.checkpoints_skipped++;
-	snprintf(db->recovery.detail, sizeof(db->recovery.detail), "checkpoint %s skipped: %s (%s)",
+	snprintf(db->recovery.detail, sizeof(db->recovery.detail), "checkpoint %.31s skipped: %.120s (%.80s)",
 		 name, why, ember_strerror(code));
 	db_report(db, "%s", db->recovery.detail);
 }
@@ -920,7 +920,7 @@ int ckpt_find(struct ember_db *db, const struct store_geometry *geo, struct ckpt
 		int lrc = load_one(db, &ring, names[i], geo, m);
 		if (lrc == 0) {
 			*found = 1;
-			snprintf(ck->chosen, sizeof(ck->chosen), "%s", names[i]);
+			snprintf(ck->chosen, sizeof(ck->chosen), "%.31s", names[i]);
 			break;
 		}
 		if (lrc == EMBER_ENOMEM) {

@@ -1,0 +1,454 @@
+/*
+ * graph_epoch.c - ember-graph-epoch: one training epoch through the partition
+ * buffer against the I/O it cannot avoid.
+ *
+ * Steps (each timed and reported):
+ *   1. generate a Graph500-style R-MAT edge list (a=0.57, b=0.19, c=0.19, seeded)
+ *      and import it into a fresh store: p partitions of dim-float embeddings;
+ *   2. probe the disk: sequential O_DIRECT write then read of a probe file in the
+ *      store's directory (4 MiB requests) -> write and read bandwidth;
+ *   3. an epoch of an ordering (BETA by default) over a buffer of c partitions (+1
+ *      prefetch slot), node data >= 4x the buffer: per batch of edges, a synthetic
+ *      compute time (sleep, as a GPU step would leave the CPU to the buffer's
+ *      threads) and a scatter-add of both ends' rows (all partitions go dirty);
+ *      then a flush;
+ *   4. the I/O floor: bytes the ordering must move per the ordering simulator
+ *      (partition reads and dirty writes, each assigned bucket read once) divided
+ *      by the probed bandwidths; the goal is epoch <= 1.2 x max(floor, compute);
+ *   5. sampler throughput: 2 layers, fan-out 10, batches of roots over one state of
+ *      a buffer holding every in-buffer bucket (sampled nodes per second).
+ * Prints a table and, with --json FILE, the same figures as JSON.
+ */
+#include <ember.h>
+#include <ember_graph.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+struct cfg {
+	const char *dir;
+	const char *json;
+	uint32_t scale, edge_factor, partitions, capacity, dim, batch;
+	uint64_t seed;
+	double compute_ms;
+	int comet;
+	uint64_t probe_bytes;
+	double sample_seconds;
+};
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *what, int rc)
+{
+	fprintf(stderr, "ember-graph-epoch: %s: %s\n", what, ember_strerror(rc));
+	exit(1);
+}
+
+static uint64_t rs[4];
+static uint64_t rnext(void)
+{
+	uint64_t *s = rs, r = ((s[1] * 5) << 7 | (s[1] * 5) >> 57) * 9, t = s[1] << 17;
+	s[2] ^= s[0];
+	s[3] ^= s[1];
+	s[1] ^= s[2];
+	s[0] ^= s[3];
+	s[2] ^= t;
+	s[3] = s[3] << 45 | s[3] >> 19;
+	return r;
+}
+
+static void rseed(uint64_t x)
+{
+	for (int i = 0; i < 4; i++) {
+		uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+		z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+		rs[i] = z ^ (z >> 31);
+	}
+}
+
+static void rmat(const char *path, uint32_t scale, uint64_t m)
+{
+	FILE *f = fopen(path, "wb");
+	if (!f) {
+		perror(path);
+		exit(1);
+	}
+	const double a = 0.57, ab = 0.76, abc = 0.95;
+	for (uint64_t e = 0; e < m; e++) {
+		uint64_t v[2] = {0, 0};
+		for (uint32_t bit = 0; bit < scale; bit++) {
+			double r = (double)(rnext() >> 11) * (1.0 / 9007199254740992.0);
+			v[0] = v[0] << 1 | (r >= ab);
+			v[1] = v[1] << 1 | ((r >= a && r < ab) || r >= abc);
+		}
+		if (fwrite(v, 8, 2, f) != 2) {
+			perror("fwrite");
+			exit(1);
+		}
+	}
+	if (fclose(f)) {
+		perror("fclose");
+		exit(1);
+	}
+}
+
+/* Sequential O_DIRECT write then read of `bytes`: MB/s each (0 if refused). */
+static void probe_disk(const char *dir, uint64_t bytes, double *wbw, double *rbw)
+{
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/probe", dir);
+	const size_t req = 4u << 20;
+	void *buf = NULL;
+	*wbw = *rbw = 0;
+	if (posix_memalign(&buf, 4096, req))
+		return;
+	for (size_t i = 0; i < req / 8; i++)
+		((uint64_t *)buf)[i] = rnext();
+	int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY | O_DIRECT, 0600);
+	if (fd < 0) {
+		free(buf);
+		return;
+	}
+	double t0 = now();
+	for (uint64_t o = 0; o < bytes; o += req)
+		if (pwrite(fd, buf, req, (off_t)o) != (ssize_t)req)
+			break;
+	fsync(fd);
+	*wbw = (double)bytes / (now() - t0);
+	close(fd);
+	fd = open(path, O_RDONLY | O_DIRECT);
+	t0 = now();
+	for (uint64_t o = 0; fd >= 0 && o < bytes; o += req)
+		if (pread(fd, buf, req, (off_t)o) != (ssize_t)req)
+			break;
+	*rbw = (double)bytes / (now() - t0);
+	if (fd >= 0)
+		close(fd);
+	unlink(path);
+	free(buf);
+}
+
+static void usage(void)
+{
+	fprintf(stderr,
+		"usage: ember-graph-epoch [--dir DIR] [--scale 19] [--edge-factor 8] [--partitions 32]\n"
+		"         [--capacity 4] [--dim 64] [--batch 10000] [--compute-ms 2] [--comet]\n"
+		"         [--seed 1] [--probe-mib 512] [--sample-seconds 2] [--json FILE]\n");
+	exit(2);
+}
+
+int main(int argc, char **argv)
+{
+	struct cfg c = {.scale = 19, .edge_factor = 8, .partitions = 32, .capacity = 4, .dim = 64,
+			.batch = 10000, .seed = 1, .compute_ms = 2.0, .probe_bytes = 512ull << 20,
+			.sample_seconds = 2.0};
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(a, "--comet")) {
+			c.comet = 1;
+			continue;
+		}
+		if (!v)
+			usage();
+		i++;
+		if (!strcmp(a, "--dir"))
+			c.dir = v;
+		else if (!strcmp(a, "--json"))
+			c.json = v;
+		else if (!strcmp(a, "--scale"))
+			c.scale = (uint32_t)atoi(v);
+		else if (!strcmp(a, "--edge-factor"))
+			c.edge_factor = (uint32_t)atoi(v);
+		else if (!strcmp(a, "--partitions"))
+			c.partitions = (uint32_t)atoi(v);
+		else if (!strcmp(a, "--capacity"))
+			c.capacity = (uint32_t)atoi(v);
+		else if (!strcmp(a, "--dim"))
+			c.dim = (uint32_t)atoi(v);
+		else if (!strcmp(a, "--batch"))
+			c.batch = (uint32_t)atoi(v);
+		else if (!strcmp(a, "--compute-ms"))
+			c.compute_ms = atof(v);
+		else if (!strcmp(a, "--seed"))
+			c.seed = strtoull(v, NULL, 10);
+		else if (!strcmp(a, "--probe-mib"))
+			c.probe_bytes = strtoull(v, NULL, 10) << 20;
+		else if (!strcmp(a, "--sample-seconds"))
+			c.sample_seconds = atof(v);
+		else
+			usage();
+	}
+	if (c.scale < 8 || c.scale > 32 || !c.edge_factor || c.capacity < 2 ||
+	    c.capacity > c.partitions || !c.dim || !c.batch)
+		usage();
+	char dirbuf[4096];
+	int made = 0;
+	if (!c.dir) {
+		const char *t = getenv("TMPDIR");
+		snprintf(dirbuf, sizeof(dirbuf), "%s/ember-graph-epoch-XXXXXX", t && *t ? t : "/tmp");
+		if (!mkdtemp(dirbuf)) {
+			perror("mkdtemp");
+			return 1;
+		}
+		c.dir = dirbuf;
+		made = 1;
+	} else {
+		mkdir(c.dir, 0755);
+	}
+	rseed(c.seed);
+	char edges[4200], store[4200];
+	snprintf(edges, sizeof(edges), "%s/rmat.bin", c.dir);
+	snprintf(store, sizeof(store), "%s/store", c.dir);
+	uint64_t m = (uint64_t)c.edge_factor << c.scale;
+	double t0 = now();
+	rmat(edges, c.scale, m);
+	double t_gen = now() - t0;
+
+	/* the store: a small in-memory log, so that partitions come from the disk */
+	ember_options so;
+	ember_options_default(&so);
+	so.log_memory = 64u << 20;
+	uint64_t node_bytes = ((uint64_t)1 << c.scale) * c.dim * 4;
+	so.hot_disk_budget = 6 * (node_bytes + m * 12) + (1ull << 30);
+	so.flags = EMBER_OPEN_TRUNCATE;
+	ember_db *db = NULL;
+	int rc = ember_open(store, &so, &db);
+	if (rc < 0)
+		die("open", rc);
+	ember_graph_import_options io;
+	ember_graph_import_options_default(&io);
+	io.partitions = c.partitions;
+	io.dim = c.dim;
+	io.format = EMBER_GRAPH_BINARY;
+	io.seed = c.seed;
+	io.tmp_dir = c.dir;
+	io.memory_budget = 64u << 20;
+	ember_graph_import_result ir;
+	t0 = now();
+	rc = ember_graph_import(db, "rmat", edges, &io, &ir);
+	if (rc < 0) {
+		fprintf(stderr, "import: %s\n", ir.error);
+		die("import", rc);
+	}
+	double t_import = now() - t0;
+	unlink(edges);
+	ember_graph *g = NULL;
+	if ((rc = ember_graph_open(db, "rmat", &g)) < 0)
+		die("graph open", rc);
+	ember_graph_info gi;
+	ember_graph_info_get(g, &gi);
+	uint64_t part_bytes = gi.partition_size * gi.dim * 4;
+
+	double wbw, rbw;
+	probe_disk(c.dir, c.probe_bytes, &wbw, &rbw);
+
+	/* ---- the epoch ---- */
+	ember_graph_ordering_options oo;
+	ember_graph_ordering_options_default(&oo);
+	oo.seed = c.seed;
+	int kind = c.comet ? EMBER_GRAPH_ORDERING_COMET : EMBER_GRAPH_ORDERING_BETA;
+	ember_graph_ordering *ord = NULL;
+	if ((rc = ember_graph_ordering_create(c.partitions, c.capacity, kind, &oo, &ord)) < 0)
+		die("ordering", rc);
+	ember_graph_ordering_info oi;
+	ember_graph_ordering_info_get(ord, &oi);
+	ember_graph_sim_options sim;
+	ember_graph_sim_options_default(&sim);
+	sim.partition_bytes = part_bytes;
+	sim.bucket_bytes = gi.num_edges * 12 / ((uint64_t)gi.partitions * gi.partitions);
+	ember_graph_sim_epoch se;
+	if ((rc = ember_graph_ordering_simulate(c.partitions, c.capacity, kind, &oo, &sim, &se, 1)) < 0)
+		die("simulate", rc);
+	ember_graph_buffer_options bo;
+	ember_graph_buffer_options_default(&bo);
+	bo.capacity = c.capacity;
+	bo.seed = c.seed;
+	ember_graph_buffer *b = NULL;
+	if ((rc = ember_graph_buffer_open(g, &bo, &b)) < 0)
+		die("buffer open", rc);
+	ember_graph_buffer_stats st0;
+	ember_graph_buffer_stats_get(b, &st0);
+	ember_graph_edge *batch = malloc(c.batch * sizeof(*batch));
+	uint64_t *nodes = malloc(2 * (size_t)c.batch * 8);
+	float *grad = malloc(2 * (size_t)c.batch * c.dim * 4);
+	for (size_t i = 0; i < 2 * (size_t)c.batch * c.dim; i++)
+		grad[i] = 1e-3f;
+	uint64_t batches = 0, edges_done = 0;
+	double t_compute = 0, t_update = 0;
+	struct timespec sl = {.tv_sec = (time_t)(c.compute_ms / 1000),
+			      .tv_nsec = (long)(((c.compute_ms / 1000) - (double)(time_t)(c.compute_ms / 1000)) * 1e9)};
+	double te0 = now();
+	if ((rc = ember_graph_buffer_set_ordering(b, ord)) < 0)
+		die("set_ordering", rc);
+	for (;;) {
+		ember_graph_state gs;
+		rc = ember_graph_buffer_next_state(b, &gs);
+		if (rc == EMBER_ENOTFOUND)
+			break;
+		if (rc < 0)
+			die("next_state", rc);
+		for (;;) {
+			size_t n;
+			double u0 = now();
+			ember_graph_buffer_next_batch(b, batch, c.batch, &n);
+			if (n == 0)
+				break;
+			double u1 = now();
+			if (c.compute_ms > 0)
+				nanosleep(&sl, NULL);
+			double u2 = now();
+			for (size_t i = 0; i < n; i++) {
+				nodes[2 * i] = batch[i].src;
+				nodes[2 * i + 1] = batch[i].dst;
+			}
+			if ((rc = ember_graph_buffer_update(b, 2 * n, nodes, grad, EMBER_GRAPH_UPDATE_ADD)) < 0)
+				die("update", rc);
+			t_compute += u2 - u1;
+			t_update += (now() - u2) + (u1 - u0);
+			batches++;
+			edges_done += n;
+		}
+	}
+	if ((rc = ember_graph_buffer_flush(b)) < 0)
+		die("flush", rc);
+	double t_epoch = now() - te0;
+	ember_graph_buffer_stats st;
+	ember_graph_buffer_stats_get(b, &st);
+	ember_graph_buffer_close(b);
+	ember_graph_ordering_destroy(ord);
+	double floor_s = (rbw > 0 ? (double)se.bytes_read / rbw : 0) +
+			 (wbw > 0 ? (double)se.bytes_written / wbw : 0);
+	double bound = floor_s > t_compute ? floor_s : t_compute;
+
+	/* ---- sampler throughput over one state holding every in-buffer bucket ---- */
+	bo.flags = EMBER_GRAPH_BUFFER_ALL_EDGES;
+	if ((rc = ember_graph_buffer_open(g, &bo, &b)) < 0)
+		die("buffer open (sampling)", rc);
+	uint32_t *states = malloc(c.capacity * 4), *bst = malloc((size_t)c.partitions * c.partitions * 4);
+	for (uint32_t i = 0; i < c.capacity; i++)
+		states[i] = i;
+	for (size_t i = 0; i < (size_t)c.partitions * c.partitions; i++)
+		bst[i] = (i / c.partitions < c.capacity && i % c.partitions < c.capacity) ? 0
+											   : EMBER_GRAPH_NO_STATE;
+	ember_graph_plan plan = {.partitions = c.partitions, .capacity = c.capacity, .num_states = 1,
+				 .states = states, .bucket_state = bst};
+	if ((rc = ember_graph_buffer_set_plan(b, &plan)) < 0 || (rc = ember_graph_buffer_next_state(b, NULL)) < 0)
+		die("sampling state", rc);
+	ember_graph_sampler_options sop;
+	ember_graph_sampler_options_default(&sop); /* 2 layers, fan-out 10 */
+	sop.seed = c.seed;
+	ember_graph_sampler *smp = NULL;
+	if ((rc = ember_graph_sampler_open(b, &sop, &smp)) < 0)
+		die("sampler", rc);
+	uint64_t roots[1000], sampled = 0, runs = 0, sampled_edges = 0;
+	float *staging = NULL;
+	size_t staging_rows = 0;
+	double ts0 = now(), t_gather = 0;
+	while (now() - ts0 < c.sample_seconds) {
+		for (int i = 0; i < 1000; i++)
+			roots[i] = (rnext() % c.capacity) * gi.partition_size + rnext() % gi.partition_size;
+		for (int i = 0; i < 1000; i++)
+			if (roots[i] >= gi.num_nodes)
+				roots[i] = 0;
+		ember_graph_sample sm;
+		if ((rc = ember_graph_sampler_run(smp, 1000, roots, &sm)) < 0)
+			die("sample", rc);
+		if (sm.num_nodes > staging_rows) {
+			free(staging);
+			staging_rows = sm.num_nodes * 2;
+			staging = malloc(staging_rows * gi.dim * 4);
+		}
+		double g0 = now();
+		if ((rc = ember_graph_sampler_gather(smp, staging, staging_rows)) < 0)
+			die("gather", rc);
+		t_gather += now() - g0;
+		sampled += sm.num_nodes;
+		sampled_edges += sm.edge_offsets[sm.layers];
+		runs++;
+	}
+	double t_sample = now() - ts0;
+	ember_graph_sampler_close(smp);
+	ember_graph_buffer_close(b);
+	free(states);
+	free(bst);
+	free(staging);
+
+	printf("ember-graph-epoch: R-MAT scale %u (%llu nodes, %llu edges), dim %u, p=%u c=%u (+%u prefetch), %s\n",
+	       c.scale, (unsigned long long)gi.num_nodes, (unsigned long long)gi.num_edges, c.dim,
+	       c.partitions, c.capacity, st.slots - c.capacity, c.comet ? "COMET" : "BETA");
+	printf("  %-34s %10.1f MiB  (%.1fx the buffer's %.1f MiB of slots)\n", "node data",
+	       (double)gi.num_nodes * gi.dim * 4 / 1048576, (double)gi.num_nodes * gi.dim * 4 / ((double)st.slots * part_bytes),
+	       (double)st.slots * part_bytes / 1048576);
+	printf("  %-34s %10.2f s (generate %.2f s)\n", "import", t_import, t_gen);
+	printf("  %-34s %10.0f MB/s write, %.0f MB/s read (O_DIRECT, 4 MiB)\n", "disk probe", wbw / 1e6, rbw / 1e6);
+	printf("  %-34s %10llu (lower bound %llu, states %u)\n", "swaps", (unsigned long long)oi.swaps,
+	       (unsigned long long)oi.lower_bound, oi.states);
+	printf("  %-34s %10.1f MiB read, %.1f MiB written\n", "ordering must move (simulator)",
+	       (double)se.bytes_read / 1048576, (double)se.bytes_written / 1048576);
+	printf("  %-34s %10.1f MiB read, %.1f MiB written (%llu partitions read, %llu reclaimed, %llu written)\n",
+	       "buffer moved", (double)st.bytes_read / 1048576, (double)st.bytes_written / 1048576,
+	       (unsigned long long)st.partitions_read, (unsigned long long)st.partitions_reclaimed,
+	       (unsigned long long)st.partitions_written);
+	printf("  %-34s %10.2f s\n", "I/O floor", floor_s);
+	printf("  %-34s %10.2f s (%llu batches x %.2f ms)\n", "compute (synthetic)", t_compute,
+	       (unsigned long long)batches, c.compute_ms);
+	printf("  %-34s %10.2f s\n", "trainer examples + scatter-add", t_update);
+	printf("  %-34s %10.2f s = %.2fx max(floor, compute) (goal <= 1.2x)\n", "epoch", t_epoch,
+	       bound > 0 ? t_epoch / bound : 0);
+	printf("  %-34s %10.2f s (%.1f%% of the epoch)\n", "trainer waiting for the buffer",
+	       st.wait_seconds, 100 * st.wait_seconds / t_epoch);
+	printf("  %-34s %10.2f s reads, %.2f s writes (background)\n", "buffer I/O time",
+	       st.read_seconds, st.write_seconds);
+	printf("  %-34s %10.0f nodes/s (%llu runs of 1000 roots, %.0f nodes/run, %.0f edges/run; "
+	       "gather %.0f%% of it)\n", "sampler, 2 layers fan-out 10", (double)sampled / t_sample,
+	       (unsigned long long)runs, (double)sampled / (double)runs, (double)sampled_edges / (double)runs,
+	       100 * t_gather / t_sample);
+	if (edges_done != gi.num_edges)
+		printf("  WARNING: the epoch trained %llu of %llu edges\n", (unsigned long long)edges_done,
+		       (unsigned long long)gi.num_edges);
+	if (c.json) {
+		FILE *f = fopen(c.json, "w");
+		if (f) {
+			fprintf(f, "{\"scale\": %u, \"nodes\": %llu, \"edges\": %llu, \"dim\": %u, "
+				   "\"partitions\": %u, \"capacity\": %u, \"slots\": %u, \"ordering\": \"%s\", "
+				   "\"import_s\": %.3f, \"disk_write_Bps\": %.0f, \"disk_read_Bps\": %.0f, "
+				   "\"swaps\": %llu, \"swaps_lower_bound\": %llu, \"floor_bytes_read\": %llu, "
+				   "\"floor_bytes_written\": %llu, \"bytes_read\": %llu, \"bytes_written\": %llu, "
+				   "\"io_floor_s\": %.3f, \"compute_s\": %.3f, \"update_s\": %.3f, \"epoch_s\": %.3f, "
+				   "\"epoch_over_bound\": %.3f, \"wait_s\": %.3f, \"wait_fraction\": %.4f, "
+				   "\"sampled_nodes_per_s\": %.0f}\n",
+				c.scale, (unsigned long long)gi.num_nodes, (unsigned long long)gi.num_edges, c.dim,
+				c.partitions, c.capacity, st.slots, c.comet ? "comet" : "beta", t_import, wbw, rbw,
+				(unsigned long long)oi.swaps, (unsigned long long)oi.lower_bound,
+				(unsigned long long)se.bytes_read, (unsigned long long)se.bytes_written,
+				(unsigned long long)st.bytes_read, (unsigned long long)st.bytes_written, floor_s,
+				t_compute, t_update, t_epoch, bound > 0 ? t_epoch / bound : 0, st.wait_seconds,
+				st.wait_seconds / t_epoch, (double)sampled / t_sample);
+			fclose(f);
+		}
+	}
+	free(batch);
+	free(nodes);
+	free(grad);
+	ember_graph_close(g);
+	ember_close(db);
+	if (made) {
+		char cmd[4300];
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", c.dir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "could not remove %s\n", c.dir);
+	}
+	return 0;
+}

@@ -640,6 +640,7 @@ static int load_train(ember_graph_buffer *b)
 	b->train_all = em_alloc(m->train_nodes * 4);
 	if (!b->train_all)
 		return EMBER_ENOMEM;
+	mem_add(b, (int64_t)(m->train_nodes * 4));
 	ember_session *s = NULL;
 	int rc = ember_session_open(g->db, &s);
 	for (uint32_t i = 0; i < b->p && rc == 0; i++)

@@ -232,6 +232,11 @@ static void test_degree(struct graph_fixture *fx, uint32_t prefetch, uint32_t fl
 	bo.prefetch_slots = prefetch;
 	bo.flags = flags;
 	bo.seed = tu_rng_next(tu_rng_global());
+	ember_graph_info gi;
+	CHECK_OK(ember_graph_info_get(fx->g, &gi));
+	/* a budget: the slots plus 4 MiB, which this graph's buckets fit */
+	uint32_t slots = c + (prefetch == EMBER_GRAPH_BUFFER_NO_PREFETCH ? 0 : prefetch);
+	bo.memory_budget = gi.partition_size * gi.dim * 4 * slots + (4u << 20);
 	ember_graph_buffer *b = NULL;
 	CHECK_OK(ember_graph_buffer_open(fx->g, &bo, &b));
 	double t0 = tu_now();
@@ -253,6 +258,9 @@ static void test_degree(struct graph_fixture *fx, uint32_t prefetch, uint32_t fl
 	       (unsigned long long)st.reads_after_write, st.wait_seconds,
 	       (unsigned long long)st.memory_peak);
 	CHECK(st.partitions_loaded == st.partitions_read + st.partitions_reclaimed, "loads add up");
+	CHECK(st.slots == slots, "slots %u want %u", st.slots, slots);
+	CHECK(st.memory_peak <= bo.memory_budget, "memory peak %llu over the budget %llu",
+	      (unsigned long long)st.memory_peak, (unsigned long long)bo.memory_budget);
 	CHECK(st.partitions_written > 0 && st.clean_evictions == 0,
 	      "every eviction was dirty here (written %llu, clean %llu)",
 	      (unsigned long long)st.partitions_written, (unsigned long long)st.clean_evictions);

@@ -32,11 +32,16 @@
 
 int egc_map_error(cudaError_t e);
 
+/* On failure: reset the thread's last-error state too (a non-sticky error, e.g. a
+ * failed cudaMalloc, would otherwise be reported again by the next launch's
+ * cudaGetLastError), then return the mapped code. */
 #define EGC_TRY(expr)                                                               \
 	do {                                                                        \
 		cudaError_t egc_e_ = (expr);                                        \
-		if (egc_e_ != cudaSuccess)                                          \
+		if (egc_e_ != cudaSuccess) {                                        \
+			(void)cudaGetLastError();                                   \
 			return egc_map_error(egc_e_);                               \
+		}                                                                   \
 	} while (0)
 
 namespace {
@@ -220,6 +225,7 @@ int egc_gather(int dev, void *s, const eg_arena_view *v, const uint32_t *slots, 
 	const uint32_t w = v->dim + ((flags & EMBER_GPU_WITH_STATE) ? v->state_floats : 0);
 	const cudaStream_t st = (cudaStream_t)s;
 	EGC_TRY(cudaSetDevice(dev));
+	(void)cudaGetLastError(); /* so the check after the launch sees only the launch */
 	if (w % 4 == 0 && aligned16(out))
 		k_gather<float4><<<blocks_for(n), kBlock, 0, st>>>(*v, slots, n, out, w);
 	else
@@ -237,6 +243,7 @@ int egc_install(int dev, void *s, const eg_arena_view *v, const uint32_t *slots,
 	const bool init = !with_state && v->state_floats > 0;
 	const cudaStream_t st = (cudaStream_t)s;
 	EGC_TRY(cudaSetDevice(dev));
+	(void)cudaGetLastError(); /* so the check after the launch sees only the launch */
 	if (copy % 4 == 0 && w % 4 == 0 && aligned16(rows))
 		k_install<float4><<<blocks_for(n), kBlock, 0, st>>>(*v, slots, n, rows, w, copy,
 								    init, state_init);
@@ -270,6 +277,7 @@ int egc_scatter_apply(int dev, void *s, const eg_arena_view *v, const uint32_t *
 
 	int rc = 0;
 	cudaError_t e;
+	(void)cudaGetLastError(); /* so the checks after the launches see only them */
 	k_scatter_prep<<<blocks_for_threads(n), kBlock, 0, st>>>(
 		slots, n, v->slots, v->err, keys, vals);
 	if ((e = cudaGetLastError()) != cudaSuccess)
@@ -288,6 +296,8 @@ out:
 	cudaError_t f = cudaFreeAsync(scratch, st); /* after the kernels, in stream order */
 	if (rc == 0)
 		rc = egc_map_error(f);
+	if (rc < 0)
+		(void)cudaGetLastError(); /* reset the last-error state (see EGC_TRY) */
 	return rc;
 }
 

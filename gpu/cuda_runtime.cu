@@ -36,11 +36,16 @@ int egc_map_error(cudaError_t e)
 	}
 }
 
+/* On failure: reset the thread's last-error state too (a non-sticky error, e.g. a
+ * failed cudaMalloc, would otherwise be reported again by the next launch's
+ * cudaGetLastError), then return the mapped code. */
 #define EGC_TRY(expr)                                                               \
 	do {                                                                        \
 		cudaError_t egc_e_ = (expr);                                        \
-		if (egc_e_ != cudaSuccess)                                          \
+		if (egc_e_ != cudaSuccess) {                                        \
+			(void)cudaGetLastError();                                   \
 			return egc_map_error(egc_e_);                               \
+		}                                                                   \
 	} while (0)
 
 extern "C" {
@@ -49,7 +54,7 @@ int egc_device_count(void)
 {
 	int n = 0;
 	if (cudaGetDeviceCount(&n) != cudaSuccess) {
-		(void)cudaGetLastError(); /* clear the non-sticky error */
+		(void)cudaGetLastError(); /* reset the last-error state (see EGC_TRY) */
 		return 0;
 	}
 	return n > 0 ? n : 0;
@@ -57,8 +62,18 @@ int egc_device_count(void)
 
 int egc_init(int dev)
 {
+	cudaMemPool_t pool;
+	uint64_t keep = UINT64_MAX;
 	EGC_TRY(cudaSetDevice(dev));
 	EGC_TRY(cudaFree(0)); /* create the primary context now, not at the first call */
+	/* scatter-apply's scratch comes from cudaMallocAsync: let the default pool keep
+	 * freed memory instead of unmapping it at every synchronization. */
+	int pools = 0;
+	EGC_TRY(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, dev));
+	if (pools) {
+		EGC_TRY(cudaDeviceGetDefaultMemPool(&pool, dev));
+		EGC_TRY(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+	}
 	return 0;
 }
 
@@ -125,7 +140,8 @@ int egc_event_record(int dev, void *e, void *s)
 int egc_event_query(int dev, void *e)
 {
 	EGC_TRY(cudaSetDevice(dev));
-	return egc_map_error(cudaEventQuery((cudaEvent_t)e));
+	EGC_TRY(cudaEventQuery((cudaEvent_t)e)); /* cudaErrorNotReady -> EMBER_EAGAIN */
+	return 0;
 }
 
 int egc_event_synchronize(int dev, void *e)

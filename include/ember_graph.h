@@ -454,8 +454,7 @@ typedef struct ember_graph_buffer_options {
 	uint32_t prefetch_slots;
 	/* EMBER_GRAPH_BUFFER_* flags. */
 	uint32_t flags;
-	/* Edges per batch of ember_graph_buffer_next_batch's callers' choosing: unused;
-	 * 0. (Batch size is the cap the caller passes.) */
+	/* Must be 0. (The batch size is the cap each next_batch call passes.) */
 	uint32_t reserved;
 	/* Bytes the buffer may hold: slots (partition_size x dim x 4 each), edge buckets
 	 * (12 bytes per edge) and their views (8 bytes per edge + 8 per node per bucket),

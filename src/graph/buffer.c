@@ -1140,6 +1140,10 @@ int ember_graph_buffer_next_batch(ember_graph_buffer *b, ember_graph_edge *out, 
 		return EMBER_ESTATE;
 	size_t k = 0;
 	while (k < cap && b->ex_pos < b->nexamples) {
+		if (b->ex_pos + 8 < b->nexamples) { /* shuffled: the edges are scattered */
+			uint64_t y = b->examples[b->ex_pos + 8];
+			__builtin_prefetch(b->ents[y >> EX_SHIFT].edges + 3 * (y & EX_MASK));
+		}
 		uint64_t x = b->examples[b->ex_pos++];
 		const struct bucket_ent *e = &b->ents[x >> EX_SHIFT];
 		const uint32_t *r = e->edges + 3 * (x & EX_MASK);
@@ -1187,6 +1191,10 @@ int ember_graph_buffer_update(ember_graph_buffer *b, size_t n, const uint64_t *n
 		return rc;
 	uint32_t dim = b->dim;
 	for (size_t i = 0; i < n; i++) {
+		if (i + 8 < n) { /* rows are scattered: fetch a few ahead */
+			uint64_t w = nodes[i + 8], q = w / b->ps;
+			__builtin_prefetch(b->cur_data[b->part_pos[q]] + (w - q * b->ps) * dim, 1);
+		}
 		uint64_t v = nodes[i], part = v / b->ps;
 		float *row = b->cur_data[b->part_pos[part]] + (v - part * b->ps) * dim;
 		const float *src = rows + i * dim;
@@ -1213,6 +1221,10 @@ int ember_graph_buffer_gather(ember_graph_buffer *b, size_t n, const uint64_t *n
 	if (rc < 0)
 		return rc;
 	for (size_t i = 0; i < n; i++) {
+		if (i + 8 < n) {
+			uint64_t w = nodes[i + 8], q = w / b->ps;
+			__builtin_prefetch(b->cur_data[b->part_pos[q]] + (w - q * b->ps) * b->dim);
+		}
 		uint64_t v = nodes[i], part = v / b->ps;
 		memcpy(out + i * b->dim, b->cur_data[b->part_pos[part]] + (v - part * b->ps) * b->dim,
 		       (size_t)b->dim * 4);

@@ -432,6 +432,71 @@ static void test_errors(struct graph_fixture *fx)
 	tg_plan_free(&tp);
 }
 
+/* A key of the stored layout (docs/graph.md): "eg", name length, name, kind, a, b,
+ * chunk (big-endian u32s). */
+static size_t layout_key(uint8_t *k, const char *name, char kind, uint32_t a, uint32_t b,
+			 uint32_t chunk)
+{
+	size_t l = strlen(name), o = 0;
+	k[o++] = 'e';
+	k[o++] = 'g';
+	k[o++] = (uint8_t)l;
+	memcpy(k + o, name, l);
+	o += l;
+	k[o++] = (uint8_t)kind;
+	uint32_t v[3] = {a, b, chunk};
+	for (int i = 0; i < 3; i++) {
+		k[o++] = (uint8_t)(v[i] >> 24);
+		k[o++] = (uint8_t)(v[i] >> 16);
+		k[o++] = (uint8_t)(v[i] >> 8);
+		k[o++] = (uint8_t)v[i];
+	}
+	return o;
+}
+
+/* Damage: a missing node chunk reaches the trainer as EMBER_ECORRUPT from
+ * next_state (a background read's error), sticky, and close reports it; a damaged
+ * metadata record fails open. Runs last: it deletes part of the graph. */
+static void test_damage(struct graph_fixture *fx)
+{
+	ember_session *s = NULL;
+	CHECK_OK(ember_session_open(fx->db, &s));
+	uint8_t key[128];
+	size_t kl = layout_key(key, "g", 'n', 5, 0, 1); /* partition 5, its second chunk */
+	CHECK_OK(ember_delete(s, key, kl));
+	ember_graph_buffer_options bo;
+	ember_graph_buffer_options_default(&bo);
+	bo.capacity = fx->p / 4;
+	ember_graph_buffer *b = NULL;
+	CHECK_OK(ember_graph_buffer_open(fx->g, &bo, &b));
+	tg_plan tp;
+	tg_plan_make(&tp, fx->p, bo.capacity, tu_rng_global());
+	CHECK_OK(ember_graph_buffer_set_plan(b, &tp.plan));
+	ember_graph_state st;
+	int rc;
+	while ((rc = ember_graph_buffer_next_state(b, &st)) == 0)
+		;
+	CHECK_RC(rc, EMBER_ECORRUPT);
+	CHECK_RC(ember_graph_buffer_next_state(b, &st), EMBER_ECORRUPT);
+	CHECK_RC(ember_graph_buffer_close(b), EMBER_ECORRUPT);
+	tg_plan_free(&tp);
+	float row[8];
+	CHECK_RC(ember_graph_read_nodes(fx->g, 5 * ((fx->n + fx->p - 1) / fx->p), 1, row), 0);
+	/* a metadata record with a flipped byte */
+	kl = layout_key(key, "g", 'm', 0, 0, 0);
+	uint8_t meta[128];
+	size_t ml = 0;
+	CHECK_OK(ember_get(s, key, kl, meta, sizeof(meta), &ml));
+	CHECK(ml == 128, "metadata is 128 bytes");
+	meta[20] ^= 1;
+	CHECK_OK(ember_put(s, key, kl, meta, ml));
+	ember_graph *g2 = NULL;
+	CHECK_RC(ember_graph_open(fx->db, "g", &g2), EMBER_ECORRUPT);
+	CHECK_OK(ember_put(s, key, kl, meta, 100)); /* short */
+	CHECK_RC(ember_graph_open(fx->db, "g", &g2), EMBER_ECORRUPT);
+	CHECK_OK(ember_session_close(s));
+}
+
 int main(int argc, char **argv)
 {
 	tu_init("graph_buffer", argc, argv);
@@ -450,6 +515,7 @@ int main(int argc, char **argv)
 	test_read_only(&fx, times);
 	test_nodes(&fx);
 	test_errors(&fx);
+	test_damage(&fx);
 	fixture_free(&fx);
 	CHECK_OK(ember_close(fx.db));
 	tu_tmpdir_remove(g_dir);

@@ -4,6 +4,8 @@
  * is wanted but not built or no device is present, and blocking copies between
  * test memory and "device" memory (which, on CUDA, the host cannot touch).
  *
+ * "stress" as argv[2] multiplies the threaded loops by 8 (gt_stress).
+ *
  * Every helper CHECKs its calls, so a failure names the line of the helper and the
  * code; the seed is printed by tu_init as usual.
  */
@@ -36,6 +38,12 @@ static inline int gt_backend(int argc, char **argv, const char *name)
 	}
 	CHECK(strcmp(mode, "host") == 0, "unknown backend '%s' (host or cuda)", mode);
 	return EMBER_GPU_BACKEND_HOST;
+}
+
+/* argv[2] == "stress" (the suite-stress registrations): 8x the threaded loops. */
+static inline uint64_t gt_stress(int argc, char **argv)
+{
+	return argc > 2 && strcmp(argv[2], "stress") == 0 ? 8 : 1;
 }
 
 static inline ember_gpu *gt_open(int backend)

@@ -14,7 +14,8 @@
  *   3. download (write-back) path: device -> HELD buffer on the D2H stream, event,
  *      then read the buffer.
  *
- *   test_gpu_staging host | cuda   (cuda: suite gpu, exits 77 without a device)
+ *   test_gpu_staging host | cuda [stress]   (cuda: suite gpu, exits 77 without a
+ *                                            device; stress: 8x the loops)
  */
 #include "gpu_test.h"
 
@@ -24,6 +25,8 @@
 #define THREADS 4
 #define BUFFERS 3
 #define BYTES 4096u
+
+static uint64_t stress = 1; /* gt_stress */
 
 static void test_states(ember_gpu *g)
 {
@@ -144,7 +147,7 @@ static void test_reuse(ember_gpu *g)
 	ember_gpu_stream *h2d = NULL;
 	pthread_t th[THREADS];
 	reuse_arg args[THREADS];
-	uint32_t iters = (uint32_t)tu_scaled(1500);
+	uint32_t iters = (uint32_t)tu_scaled(1500 * stress);
 
 	CHECK_OK(ember_gpu_staging_create(g, &o, &st));
 	CHECK_OK(ember_gpu_stream_get(g, EMBER_GPU_STREAM_H2D, 0, &h2d));
@@ -188,6 +191,7 @@ int main(int argc, char **argv)
 {
 	tu_init("test_gpu_staging", argc, argv);
 	int backend = gt_backend(argc, argv, "test_gpu_staging");
+	stress = gt_stress(argc, argv);
 	ember_gpu *g = gt_open(backend);
 	test_states(g);
 	test_reuse(g);

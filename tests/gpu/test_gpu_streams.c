@@ -13,7 +13,8 @@
  *   4. elapsed_ms: ESTATE before any record; covers a 10 ms host function.
  *   5. host backend: destroying a stream runs what it had queued.
  *
- *   test_gpu_streams host | cuda     (cuda: suite gpu, exits 77 without a device)
+ *   test_gpu_streams host | cuda [stress]   (cuda: suite gpu, exits 77 without a
+ *                                            device; stress: 8x the loops)
  * Counts scale with EMBER_TEST_SCALE; run it under TSan too (the tsan build).
  */
 #include "gpu_test.h"
@@ -23,6 +24,8 @@
 #include <time.h>
 
 #define THREADS 4
+
+static uint64_t stress = 1; /* gt_stress */
 
 static void sleep_us(long us)
 {
@@ -72,7 +75,7 @@ static void *order_thread(void *p)
 
 static void test_order(ember_gpu *g)
 {
-	uint32_t per = (uint32_t)tu_scaled(3000);
+	uint32_t per = (uint32_t)tu_scaled(3000 * stress);
 	order_log log = { .cap = per * THREADS };
 	log.entries = gt_malloc((size_t)log.cap * sizeof(uint32_t));
 	atomic_init(&log.running, 0);
@@ -182,7 +185,7 @@ static void test_handoff(ember_gpu *g)
 	atomic_init(&errors, 0);
 	pthread_t th[THREADS];
 	handoff_arg args[THREADS];
-	uint32_t n = (uint32_t)tu_scaled(2000);
+	uint32_t n = (uint32_t)tu_scaled(2000 * stress);
 	for (int t = 0; t < THREADS; t++) {
 		args[t] = (handoff_arg){ g, n, (uint64_t)t + 100, &errors };
 		CHECK(pthread_create(&th[t], NULL, handoff_thread, &args[t]) == 0, "pthread_create");
@@ -335,6 +338,7 @@ int main(int argc, char **argv)
 {
 	tu_init("test_gpu_streams", argc, argv);
 	int backend = gt_backend(argc, argv, "test_gpu_streams");
+	stress = gt_stress(argc, argv);
 	ember_gpu *g = gt_open(backend);
 
 	test_order(g);

@@ -452,9 +452,10 @@ static int copy(ember_gpu_stream *s, void *dst, const void *src, size_t bytes, i
 		return EMBER_EINVAL;
 	if (bytes == 0)
 		return 0;
-	if ((const char *)dst < (const char *)src + bytes &&
-	    (const char *)src < (const char *)dst + bytes)
-		return EMBER_EINVAL; /* overlapping (same address space on both backends) */
+	uintptr_t d = (uintptr_t)dst, r = (uintptr_t)src;
+	if (d < r + bytes && r < d + bytes)
+		return EMBER_EINVAL; /* overlapping (one address space on both backends:
+					CUDA's unified addressing, or the host's) */
 #ifdef EMBER_HAVE_CUDA
 	if (EG_CUDA(s->g))
 		return egc_copy(s->g->device, s->cs, dst, src, bytes, kind);

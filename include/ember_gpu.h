@@ -341,8 +341,8 @@ int ember_gpu_gather(ember_gpu_stream *s, ember_gpu_arena *a, const uint32_t *sl
 /*
  * Install: slot slots[i] := packed row i of `rows`, for i < n. Without
  * EMBER_GPU_WITH_STATE the slot's optimizer state (if any) is set to state_init
- * (Adagrad's initial accumulator, e.g. 0 or 0.1); with it, rows carry the state
- * and state_init is ignored. rows may be device memory OR a staging buffer / pinned
+ * (Adagrad's initial accumulator, e.g. 0 or 0.1; must be finite); with it, rows
+ * carry the state and state_init is ignored. rows may be device memory OR a staging buffer / pinned
  * buffer (the kernel then reads host memory over the bus: copy and install in one
  * pass). slots must hold n distinct indices (a repeated slot gets one of its rows,
  * unspecified which).

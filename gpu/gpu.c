@@ -149,6 +149,7 @@ int ember_gpu_close(ember_gpu *g)
 {
 	if (!g)
 		return 0;
+	/* relaxed: close must not race with the calls that count (eg_live_add). */
 	if (atomic_load_explicit(&g->live, memory_order_relaxed) != 0)
 		return EMBER_EBUSY;
 	builtin_fini(g, g->n_h2d, g->n_d2h, true);

@@ -224,6 +224,7 @@ static void gate_open(gate *gt)
 
 static void flag_cb(void *p)
 {
+	/* seq_cst: the main thread reads the flag without other synchronization */
 	atomic_store((atomic_int *)p, 1);
 }
 
@@ -317,6 +318,7 @@ static void test_elapsed(ember_gpu *g)
 
 static void count_cb(void *p)
 {
+	/* seq_cst: read by the main thread after the stream is destroyed */
 	atomic_fetch_add((atomic_int *)p, 1);
 }
 

@@ -14,9 +14,11 @@
  * element is checked to have been overwritten: a kernel that skips part of its
  * output fails even where the stale value would happen to be right.
  *
- * Rounds: tu_scaled(12) random shapes (dim in {1,3,4,7,16,64,130}, 1..300 slots,
- * up to tu_scaled(3000) lookups, half of them drawn from 8 hot slots so that
- * duplicates are common).
+ * Rounds: tu_scaled(12) random shapes (dim in {1,3,4,7,16,64,130,256}: scalar and
+ * float4 paths, one or more column passes per lane; 1..300 slots, up to
+ * tu_scaled(3000) lookups, half of them drawn from 8 hot slots so that duplicates
+ * are common), then one large round (tu_scaled(600000) lookups over 5000 slots)
+ * that makes the CUDA grids go round their grid-stride loops.
  */
 #include "gpu_test.h"
 
@@ -327,16 +329,24 @@ static void bad_slots(ember_gpu *g)
 
 /* ---- driver ------------------------------------------------------------------- */
 
-static void make_case(tu_rng *r, shape *sh, inputs *in)
+/* large: the last round, big enough that the CUDA kernels' grids are capped and
+ * their grid-stride loops go round (more than 2^16 blocks of 8 warps). */
+static void make_case(tu_rng *r, shape *sh, inputs *in, bool large)
 {
-	static const uint32_t dims[] = { 1, 3, 4, 7, 16, 64, 130 };
+	static const uint32_t dims[] = { 1, 3, 4, 7, 16, 64, 130, 256 };
 	memset(sh, 0, sizeof(*sh));
 	sh->dim = dims[tu_rng_below(r, sizeof(dims) / sizeof(dims[0]))];
 	sh->slots = (uint32_t)tu_rng_range(r, 1, 300);
+	if (large) {
+		sh->dim = 4;
+		sh->slots = 5000;
+	}
 	sh->state = tu_rng_chance(r, 1, 2) ? EMBER_GPU_STATE_ADAGRAD : EMBER_GPU_STATE_NONE;
 	sh->sf = sh->state == EMBER_GPU_STATE_ADAGRAD ? sh->dim : 0;
 	sh->w = sh->dim + sh->sf;
 	sh->n = (uint32_t)tu_rng_range(r, 1, tu_scaled(3000));
+	if (large)
+		sh->n = (uint32_t)tu_scaled(600000);
 	sh->opt = sh->state == EMBER_GPU_STATE_ADAGRAD && tu_rng_chance(r, 2, 3)
 			  ? EMBER_GPU_OPT_ADAGRAD : EMBER_GPU_OPT_SGD;
 	sh->lr = (float)tu_rng_range(r, 1, 100) / 256.0f;
@@ -411,12 +421,12 @@ int main(int argc, char **argv)
 	tu_rng *r = tu_rng_global();
 
 	bad_slots(g);
-	uint64_t rounds = tu_scaled(12);
+	uint64_t rounds = tu_scaled(12) + 1;
 	for (uint64_t round = 0; round < rounds; round++) {
 		shape sh;
 		inputs in;
 		outputs want, got, ref_host;
-		make_case(r, &sh, &in);
+		make_case(r, &sh, &in, round == rounds - 1);
 		outputs_alloc(&sh, &want);
 		outputs_alloc(&sh, &got);
 		reference(&sh, &in, &want);

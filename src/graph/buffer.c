@@ -41,11 +41,13 @@
  *      example arrays are checked against memory_budget at set_plan (the union of a
  *      state's and the next state's buckets, the peak of any two neighbours).
  *
- * Pipeline of next_state(k): evict what state k lacks (dirty ones go to the writer)
- * -> schedule loads of what state k lacks (normally nothing: it was prefetched) ->
- * wait -> schedule the loads of state k+1 into free slots (prefetch_slots extra
- * ones) and its buckets -> build state k's examples. The reader takes every queued
- * load at once and issues one ember_get_batch over all their chunks.
+ * Pipeline of next_state(k): evict what neither state k nor the states read ahead
+ * for (k+1 .. k+H, H = the extra slots) hold (dirty ones go to the writer) ->
+ * schedule loads of what state k lacks (normally nothing: it was prefetched; if no
+ * slot is free, a partition kept for a later state is evicted, the one needed
+ * last) -> wait -> schedule state k+1's buckets and the partitions of k+1, k+2, ...
+ * into free slots while they last -> build state k's examples. The reader takes
+ * every queued load at once and issues one ember_get_batch over all their chunks.
  */
 #include "graph/graph_int.h"
 
@@ -527,13 +529,87 @@ static int schedule_bucket(ember_graph_buffer *b, uint32_t bucket)
 	return EMBER_ENOSPC; /* cannot happen: 2 c^2 entries cover two states */
 }
 
-/* Schedule what state k needs; partitions only as far as slots allow. */
-static int schedule_state(ember_graph_buffer *b, int64_t k, bool all)
+static void evict(ember_graph_buffer *b, struct slot *sl);
+
+/* Prefetch horizon: states after the current one whose partitions may be read
+ * ahead (and stay resident); one per extra slot. */
+static int64_t horizon(const ember_graph_buffer *b)
+{
+	return (int64_t)(b->nslots - b->c);
+}
+
+/* Is the partition needed by state k or by one of the states the buffer may be
+ * reading ahead for (k+1 .. k+horizon)? Such partitions are not evicted. */
+static bool wanted(const ember_graph_buffer *b, int64_t k, uint32_t part)
+{
+	for (int64_t j = k; j <= k + horizon(b) && j < b->nstates; j++)
+		if (in_state(b, j, part))
+			return true;
+	return false;
+}
+
+/* The first state after k that holds part (nstates if none). */
+static int64_t next_use(const ember_graph_buffer *b, int64_t k, uint32_t part)
+{
+	for (int64_t j = k + 1; j < b->nstates; j++)
+		if (in_state(b, j, part))
+			return j;
+	return b->nstates;
+}
+
+/*
+ * Schedule the partitions of state k. A prefetch (!all) takes free slots only and
+ * returns false at the first partition that finds none. For the state the trainer
+ * is entering (all) a partition that finds no slot evicts a resident partition
+ * kept for a later state (the one needed last); c slots always suffice then.
+ */
+static int schedule_parts(ember_graph_buffer *b, int64_t k, bool all)
 {
 	const uint32_t *s = b->states + (uint64_t)k * b->c;
-	for (uint32_t i = 0; i < b->c; i++)
-		if (!schedule_load(b, s[i]) && all)
-			return EMBER_ENOSPC; /* cannot happen: c slots are free of other states */
+	int rc = 1;
+	for (uint32_t i = 0; i < b->c; i++) {
+		while (!schedule_load(b, s[i])) {
+			if (!all) {
+				rc = 0;
+				goto out;
+			}
+			struct slot *victim = NULL;
+			int64_t far = -1;
+			for (uint32_t x = 0; x < b->nslots; x++) {
+				struct slot *sl = &b->slots[x];
+				if (sl->state != SLOT_RESIDENT || in_state(b, k, sl->part))
+					continue;
+				int64_t u = next_use(b, k, sl->part);
+				if (u > far) {
+					far = u;
+					victim = sl;
+				}
+			}
+			if (victim) {
+				evict(b, victim);
+				continue;
+			}
+			/* every other slot is loading for a later state: wait for one */
+			bool loading = false;
+			for (uint32_t x = 0; x < b->nslots; x++)
+				loading |= b->slots[x].state == SLOT_LOADING &&
+					   !in_state(b, k, b->slots[x].part);
+			if (!loading)
+				return EMBER_ENOSPC; /* cannot happen: nslots >= c */
+			if (b->error)
+				return b->error;
+			pthread_cond_wait(&b->cv_done, &b->mu);
+		}
+	}
+out:
+	pthread_cond_signal(&b->cv_reader);
+	return rc;
+}
+
+/* Schedule the buckets state k needs. */
+static int schedule_buckets(ember_graph_buffer *b, int64_t k)
+{
+	const uint32_t *s = b->states + (uint64_t)k * b->c;
 	for (uint32_t i = 0; i < b->c; i++)
 		for (uint32_t j = 0; j < b->c; j++) {
 			uint32_t bk = s[i] * b->p + s[j];
@@ -545,6 +621,21 @@ static int schedule_state(ember_graph_buffer *b, int64_t k, bool all)
 		}
 	pthread_cond_signal(&b->cv_reader);
 	return 0;
+}
+
+/* Read ahead after entering state k: the next state's buckets, and the partitions
+ * of states k+1, k+2, ... while free slots last (within the horizon). */
+static int prefetch_after(ember_graph_buffer *b, int64_t k)
+{
+	if (k + 1 >= b->nstates)
+		return 0;
+	int rc = schedule_buckets(b, k + 1);
+	for (int64_t j = k + 1; rc == 0 && j < b->nstates && j <= k + (horizon(b) ? horizon(b) : 1); j++) {
+		int got = schedule_parts(b, j, false);
+		if (got <= 0)
+			return got < 0 ? got : 0;
+	}
+	return rc;
 }
 
 static bool state_ready(ember_graph_buffer *b, int64_t k)
@@ -981,7 +1072,11 @@ int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *p
 	b->nstates = ns;
 	b->cur = -1;
 	b->have_plan = true;
-	rc = b->error ? b->error : schedule_state(b, 0, false);
+	rc = b->error;
+	if (rc == 0)
+		rc = schedule_buckets(b, 0);
+	if (rc == 0 && schedule_parts(b, 0, false) < 0)
+		rc = EMBER_ENOSPC;
 	pthread_mutex_unlock(&b->mu);
 undo_mem:
 	em_free(member, 0);
@@ -1091,7 +1186,7 @@ int ember_graph_buffer_next_state(ember_graph_buffer *b, ember_graph_state *st)
 	/* evict what state k lacks; drop the buckets it does not need */
 	for (uint32_t i = 0; i < b->nslots; i++) {
 		struct slot *sl = &b->slots[i];
-		if (sl->state == SLOT_RESIDENT && !in_state(b, k, sl->part))
+		if (sl->state == SLOT_RESIDENT && !wanted(b, k, sl->part))
 			evict(b, sl);
 	}
 	for (uint32_t i = 0; i < b->nents; i++) {
@@ -1104,9 +1199,12 @@ int ember_graph_buffer_next_state(ember_graph_buffer *b, ember_graph_state *st)
 			b->part_pos[b->cur_parts[i]] = -1;
 		b->have_state = false;
 	}
-	rc = schedule_state(b, k, true);
+	rc = schedule_buckets(b, k);
+	if (rc == 0)
+		rc = schedule_parts(b, k, true);
 	if (rc < 0)
 		goto out;
+	rc = 0;
 	double t0 = graph_now();
 	while (!b->error && !state_ready(b, k))
 		pthread_cond_wait(&b->cv_done, &b->mu);
@@ -1117,8 +1215,7 @@ int ember_graph_buffer_next_state(ember_graph_buffer *b, ember_graph_state *st)
 	}
 	enter_state(b, k);
 	b->st.states++;
-	if (k + 1 < b->nstates)
-		rc = schedule_state(b, k + 1, false);
+	rc = prefetch_after(b, k);
 	if (st)
 		*st = (ember_graph_state){.index = (uint32_t)k,
 					  .capacity = b->c,

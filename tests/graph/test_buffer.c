@@ -462,7 +462,7 @@ static void test_damage(struct graph_fixture *fx)
 	ember_session *s = NULL;
 	CHECK_OK(ember_session_open(fx->db, &s));
 	uint8_t key[128];
-	size_t kl = layout_key(key, "g", 'n', 5, 0, 1); /* partition 5, its second chunk */
+	size_t kl = layout_key(key, "g", 'n', 5, 0, 0); /* partition 5, its first chunk */
 	CHECK_OK(ember_delete(s, key, kl));
 	ember_graph_buffer_options bo;
 	ember_graph_buffer_options_default(&bo);
@@ -481,7 +481,9 @@ static void test_damage(struct graph_fixture *fx)
 	CHECK_RC(ember_graph_buffer_close(b), EMBER_ECORRUPT);
 	tg_plan_free(&tp);
 	float row[8];
-	CHECK_RC(ember_graph_read_nodes(fx->g, 5 * ((fx->n + fx->p - 1) / fx->p), 1, row), 0);
+	CHECK_RC(ember_graph_read_nodes(fx->g, 5 * ((fx->n + fx->p - 1) / fx->p), 1, row),
+		 EMBER_ECORRUPT);
+	CHECK_OK(ember_graph_read_nodes(fx->g, 0, 1, row)); /* partition 0 is intact */
 	/* a metadata record with a flipped byte */
 	kl = layout_key(key, "g", 'm', 0, 0, 0);
 	uint8_t meta[128];

@@ -58,6 +58,7 @@
 #include "cache/oracle.h"
 
 #include <string.h>
+#include <sys/mman.h>
 
 #include "core/alloc.h"
 #include "ember.h"
@@ -96,6 +97,9 @@ struct oracle {
 	uint32_t hi; /* highest finite bucket that may be non-empty */
 };
 
+/* How far ahead the walks over a batch's rows prefetch their per-row state. */
+#define PF_AHEAD 16
+
 static inline uint64_t never_entry(uint32_t s, uint32_t gen)
 {
 	return (uint64_t)s | (uint64_t)gen << 32;
@@ -133,10 +137,16 @@ int oracle_create(struct oracle **out, uint32_t ntables, const uint64_t *rows,
 		}
 		o->rows[t] = rows[t];
 		o->rowst_bytes[t] = rows[t] * sizeof(struct orow);
-		/* large zeroed allocations are mapped lazily: untouched rows cost nothing */
-		o->rowst[t] = em_zalloc(o->rowst_bytes[t]);
-		if (!o->rowst[t])
+		/* anonymous memory is zero and mapped lazily: untouched rows cost
+		 * nothing; huge pages (where the kernel allows) spare the TLB misses
+		 * of a random walk over millions of rows */
+		void *m = mmap(NULL, o->rowst_bytes[t], PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (m == MAP_FAILED)
 			goto undo_alloc;
+		if (o->rowst_bytes[t] >= (2u << 20))
+			madvise(m, o->rowst_bytes[t], MADV_HUGEPAGE);
+		o->rowst[t] = m;
 	}
 	for (uint32_t r = 0; r < ring; r++)
 		o->head[r] = ORACLE_NONE;
@@ -159,7 +169,8 @@ void oracle_destroy(struct oracle *o)
 		return;
 	if (o->rowst)
 		for (uint32_t t = 0; t < o->ntables; t++)
-			em_free(o->rowst[t], o->rowst_bytes ? o->rowst_bytes[t] : 0);
+			if (o->rowst[t])
+				munmap(o->rowst[t], o->rowst_bytes[t]);
 	em_free(o->rows, 0);
 	em_free(o->rowst, 0);
 	em_free(o->rowst_bytes, 0);
@@ -208,6 +219,10 @@ void oracle_link(struct oracle *o, struct obatch *b)
 	for (uint32_t k = 0; k < b->nuniq; k++) {
 		const struct urow *u = &b->uniq[k];
 		struct orow *r = &o->rowst[u->table][u->row];
+		if (k + PF_AHEAD < b->nuniq) { /* overlap the random accesses' misses */
+			const struct urow *f = &b->uniq[k + PF_AHEAD];
+			__builtin_prefetch(&o->rowst[f->table][f->row], 1);
+		}
 		b->next[k] = ORACLE_NONE;
 		if (r->seen1 != 0 && r->seen1 - 1 >= o->planned) {
 			/* the earlier occurrence is still unplanned: it learns its next use */
@@ -253,6 +268,10 @@ void oracle_plan(struct oracle *o, struct obatch *b)
 	/* pass 1: hits keep their slot (they sit in bucket p) */
 	for (uint32_t k = 0; k < b->nuniq; k++) {
 		const struct urow *u = &b->uniq[k];
+		if (k + PF_AHEAD < b->nuniq) {
+			const struct urow *f = &b->uniq[k + PF_AHEAD];
+			__builtin_prefetch(&o->rowst[f->table][f->row], 1);
+		}
 		uint32_t s1 = o->rowst[u->table][u->row].slot1;
 		b->slot[k] = s1 - 1; /* ORACLE_NONE when s1 is 0 */
 		if (s1 == 0)
@@ -294,6 +313,8 @@ void oracle_plan(struct oracle *o, struct obatch *b)
 		never_compact(o);
 	for (uint32_t k = 0; k < b->nuniq; k++) {
 		uint32_t s = b->slot[k];
+		if (k + PF_AHEAD < b->nuniq)
+			__builtin_prefetch(&o->slot[b->slot[k + PF_AHEAD]], 1);
 		o->slot[s].lu = p;
 		if (b->next[k] == ORACLE_NONE)
 			never_push(o, s);
@@ -304,6 +325,15 @@ void oracle_plan(struct oracle *o, struct obatch *b)
 	o->planned = p + 1;
 	if (o->hi < o->planned)
 		o->hi = o->planned;
+}
+
+void oracle_prefault(struct oracle *o)
+{
+	for (uint32_t t = 0; t < o->ntables; t++) {
+		volatile uint8_t *p = (volatile uint8_t *)o->rowst[t];
+		for (size_t off = 0; off < o->rowst_bytes[t]; off += 4096)
+			p[off] = 0; /* zero is the state it already holds */
+	}
 }
 
 uint64_t oracle_resident(const struct oracle *o)

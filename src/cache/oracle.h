@@ -74,6 +74,10 @@ void oracle_link(struct oracle *o, struct obatch *b);
 /* Plan batch b (b->seq must be the next to plan, and linked). */
 void oracle_plan(struct oracle *o, struct obatch *b);
 
+/* Touch every page of the per-row state (it is allocated zeroed and mapped lazily,
+ * so first touches otherwise cost a page fault each, inside link and plan). */
+void oracle_prefault(struct oracle *o);
+
 /* Rows held in slots now (by the plan). */
 uint64_t oracle_resident(const struct oracle *o);
 

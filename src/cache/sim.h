@@ -41,6 +41,9 @@ struct sim_result {
 	uint64_t fetched; /* rows fetched (misses) */
 	uint64_t hits;    /* distinct rows of batches found in the cache */
 	double plan_ns;   /* oracle only: link + plan time, all batches */
+	double plan_ns_second_half; /* oracle only: the same for batches nbatches/2 .. end
+				       (per-row state already touched: the steady state) */
+	uint64_t uniq_second_half;  /* distinct rows of those batches */
 };
 
 /*

@@ -1,1 +1,220 @@
-int main(void){return 77;}
+/*
+ * test_oracle.c - the plan, checked step by step against a shadow cache.
+ *
+ * Random small traces (tables, sizes, batch sizes, capacities and rings all
+ * random) are linked and planned in a random interleaving (link as far ahead as the
+ * ring allows, or plan the next batch). After every step oracle_check() must hold
+ * (invariants I1-I5), and every plan must be one the cache can carry out:
+ *   - every distinct row of the batch gets a slot < capacity, all different;
+ *   - a row the shadow holds is a hit in the same slot; every other row is an
+ *     admission whose victim is exactly the shadow's owner of that slot (or none,
+ *     for a never-used slot), never a row of the batch itself, with vlast = the
+ *     shadow's last use of that slot (< the batch);
+ *   - Belady's rule with the window's knowledge: each victim's next use (within
+ *     the linked batches; none = infinitely far) is the farthest among the rows
+ *     still evictable, and among rows with no next use it is the least recently
+ *     used.
+ */
+#include "cache/oracle.h"
+#include "ember.h"
+#include "test_util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define INF UINT32_MAX
+
+struct tb {
+	uint32_t n;
+	struct urow *u;
+	uint32_t *next, *slot;
+	struct omiss *miss;
+	struct obatch ob; /* linked: the oracle keeps a pointer until the plan */
+};
+
+static uint64_t plans, evictions;
+
+/* Plan batch p of b[] and check the plan against the shadow cache. */
+static void plan_and_check(struct oracle *o, struct tb *b, uint32_t p, uint32_t linked,
+			   const uint64_t *base, uint64_t total, uint64_t cap, uint32_t *owner,
+			   uint32_t *lastuse, uint32_t *slot_of, uint32_t *inbatch, uint32_t *nu,
+			   uint32_t *cand)
+{
+	/* what the plan may know: next uses within the batches linked */
+	for (uint64_t g = 0; g < total; g++)
+		nu[g] = INF;
+	for (uint32_t q = linked; q-- > p + 1;)
+		for (uint32_t k = 0; k < b[q].n; k++)
+			nu[base[b[q].u[k].table] + b[q].u[k].row] = q;
+	for (uint32_t k = 0; k < b[p].n; k++)
+		inbatch[base[b[p].u[k].table] + b[p].u[k].row] = p + 1;
+	uint32_t ncand = 0;
+	for (uint32_t s = 0; s < cap; s++)
+		if (owner[s] != INF && inbatch[owner[s]] != p + 1)
+			cand[ncand++] = s;
+
+	oracle_plan(o, &b[p].ob);
+	plans++;
+	struct obatch *ob = &b[p].ob;
+	CHECK(ob->nmiss <= ob->nuniq, "nmiss");
+	/* the admissions, in order: victims by Belady's rule */
+	uint32_t m = 0;
+	for (uint32_t k = 0; k < ob->nuniq; k++) {
+		uint64_t g = base[ob->uniq[k].table] + ob->uniq[k].row;
+		uint32_t s = ob->slot[k];
+		CHECK(s < cap, "slot %u >= capacity %llu", s, (unsigned long long)cap);
+		if (slot_of[g] != INF) {
+			CHECK(slot_of[g] == s, "batch %u: a hit moved from slot %u to %u", p,
+			      slot_of[g], s);
+			continue;
+		}
+		CHECK(m < ob->nmiss && ob->miss[m].uidx == k, "batch %u: admission %u missing", p, k);
+		const struct omiss *mi = &ob->miss[m++];
+		CHECK(mi->slot == s, "admission slot");
+		if (mi->vlast == ORACLE_NONE) {
+			CHECK(owner[s] == INF, "batch %u: slot %u was not empty", p, s);
+		} else {
+			evictions++;
+			uint64_t v = base[mi->vtable] + mi->vrow;
+			CHECK(owner[s] == v, "batch %u: victim is not the slot's owner", p);
+			CHECK(inbatch[v] != p + 1, "batch %u evicted its own row", p);
+			CHECK(mi->vlast == lastuse[s] && mi->vlast < p, "vlast %u, last use %u",
+			      mi->vlast, lastuse[s]);
+			/* the farthest next use among the candidates left; ties at
+			 * "never": the least recently used */
+			uint32_t best = 0, lru = INF;
+			for (uint32_t i = 0; i < ncand; i++) {
+				uint32_t c = cand[i];
+				if (c == INF)
+					continue;
+				uint32_t x = nu[owner[c]];
+				if (x > best)
+					best = x;
+			}
+			for (uint32_t i = 0; i < ncand; i++)
+				if (cand[i] != INF && nu[owner[cand[i]]] == INF &&
+				    lastuse[cand[i]] < lru)
+					lru = lastuse[cand[i]];
+			CHECK(nu[v] == best, "batch %u: victim next use %u, farthest %u", p, nu[v],
+			      best);
+			if (best == INF)
+				CHECK(lastuse[s] == lru, "batch %u: victim last used %u, LRU %u", p,
+				      lastuse[s], lru);
+			for (uint32_t i = 0; i < ncand; i++)
+				if (cand[i] == s)
+					cand[i] = INF;
+			slot_of[v] = INF;
+		}
+		owner[s] = (uint32_t)g;
+		slot_of[g] = s;
+	}
+	CHECK(m == ob->nmiss, "extra admissions");
+	for (uint32_t k = 0; k < ob->nuniq; k++) {
+		for (uint32_t j = 0; j < k; j++)
+			CHECK(ob->slot[j] != ob->slot[k], "two rows of batch %u in one slot", p);
+		lastuse[ob->slot[k]] = p;
+	}
+}
+
+int main(int argc, char **argv)
+{
+	tu_init("cache_oracle", argc, argv);
+	tu_rng *rng = tu_rng_global();
+	uint64_t rounds = tu_scaled(1500);
+	for (uint64_t round = 0; round < rounds; round++) {
+		uint32_t ntables = (uint32_t)tu_rng_range(rng, 1, 4);
+		uint64_t rows[4], base[4], total = 0;
+		for (uint32_t t = 0; t < ntables; t++) {
+			rows[t] = tu_rng_range(rng, 1, 200);
+			base[t] = total;
+			total += rows[t];
+		}
+		uint32_t nb = (uint32_t)tu_rng_range(rng, 1, 120);
+		uint32_t maxlook = (uint32_t)tu_rng_range(rng, 1, 40);
+		struct tb *b = calloc(nb, sizeof(*b));
+		uint32_t *stamp = calloc(total, sizeof(uint32_t));
+		CHECK(b && stamp, "calloc");
+		uint32_t max_uniq = 1;
+		/* skewed ids: squaring a uniform draw favours small rows */
+		for (uint32_t i = 0; i < nb; i++) {
+			uint32_t look = (uint32_t)tu_rng_range(rng, 0, maxlook);
+			b[i].u = calloc(look + 1, sizeof(struct urow));
+			b[i].next = calloc(look + 1, sizeof(uint32_t));
+			b[i].slot = calloc(look + 1, sizeof(uint32_t));
+			b[i].miss = calloc(look + 1, sizeof(struct omiss));
+			CHECK(b[i].u && b[i].next && b[i].slot && b[i].miss, "calloc");
+			for (uint32_t k = 0; k < look; k++) {
+				uint32_t t = (uint32_t)tu_rng_below(rng, ntables);
+				uint64_t x = tu_rng_below(rng, rows[t]);
+				uint64_t r = x * x / rows[t];
+				if (stamp[base[t] + r] == i + 1)
+					continue;
+				stamp[base[t] + r] = i + 1;
+				b[i].u[b[i].n++] = (struct urow){.table = t, .row = r};
+			}
+			if (b[i].n > max_uniq)
+				max_uniq = b[i].n;
+		}
+		/* half the rounds tight (many evictions), half anything up to all rows */
+		uint64_t cap = max_uniq + tu_rng_below(rng, tu_rng_chance(rng, 1, 2) ? total / 8 + 1
+									   : total + 1);
+		uint32_t ring = (uint32_t)tu_rng_range(rng, 1, nb + 2);
+		struct oracle *o = NULL;
+		CHECK_OK(oracle_create(&o, ntables, rows, cap, ring));
+
+		/* shadow cache */
+		uint32_t *owner = malloc(cap * sizeof(uint32_t)); /* global row or INF */
+		uint32_t *lastuse = malloc(cap * sizeof(uint32_t));
+		uint32_t *slot_of = malloc(total * sizeof(uint32_t));
+		uint32_t *inbatch = calloc(total, sizeof(uint32_t));
+		uint32_t *nu = malloc(total * sizeof(uint32_t));   /* next use, this plan */
+		uint32_t *cand = malloc(cap * sizeof(uint32_t));
+		CHECK(owner && lastuse && slot_of && inbatch && nu && cand, "malloc");
+		memset(owner, 0xff, cap * sizeof(uint32_t));
+		memset(slot_of, 0xff, total * sizeof(uint32_t));
+		uint32_t linked = 0, planned = 0;
+		while (planned < nb) {
+			int can_link = linked < nb && linked - planned < ring;
+			if (can_link && (planned == linked || tu_rng_chance(rng, 2, 3))) {
+				b[linked].ob = (struct obatch){.seq = linked, .nuniq = b[linked].n,
+							       .uniq = b[linked].u,
+							       .next = b[linked].next,
+							       .slot = b[linked].slot,
+							       .miss = b[linked].miss};
+				oracle_link(o, &b[linked].ob);
+				linked++;
+			} else {
+				plan_and_check(o, b, planned, linked, base, total, cap, owner,
+					       lastuse, slot_of, inbatch, nu, cand);
+				planned++;
+			}
+			int rc = oracle_check(o);
+			CHECK(rc == 0, "oracle_check failed at line %d (linked %u planned %u)", -rc,
+			      linked, planned);
+			CHECK(oracle_planned(o) == planned && oracle_linked(o) == linked, "counts");
+			uint64_t used = 0;
+			for (uint64_t s = 0; s < cap; s++)
+				used += owner[s] != INF;
+			CHECK(oracle_resident(o) == used && used <= cap, "resident");
+		}
+		oracle_destroy(o);
+		for (uint32_t i = 0; i < nb; i++) {
+			free(b[i].u);
+			free(b[i].next);
+			free(b[i].slot);
+			free(b[i].miss);
+		}
+		free(b);
+		free(stamp);
+		free(owner);
+		free(lastuse);
+		free(slot_of);
+		free(inbatch);
+		free(nu);
+		free(cand);
+	}
+	printf("cache_oracle: %llu rounds, %llu plans, %llu evictions checked\n",
+	       (unsigned long long)rounds, (unsigned long long)plans,
+	       (unsigned long long)evictions);
+	return 0;
+}

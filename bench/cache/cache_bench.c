@@ -1,0 +1,639 @@
+/*
+ * cache_bench.c - ember-cache-bench: the embedding cache driven by a synthetic
+ * trainer over a generated Criteo-like trace, against an LRU cache fetching on
+ * demand; plus the oracle's planning speed and the policy simulator.
+ *
+ *   ember-cache-bench [options]
+ *     --parts plan,sim,train   what to run (default all three)
+ *     --seed S                 trace seed (default 1)
+ *     --skew S                 Zipf exponent (default 1.05)
+ *   plan: the oracle alone (link + plan) on full-size batches
+ *     --plan-batch-size B (16384) --plan-batches N (12) --plan-scale F (1.0: the real
+ *     Criteo table sizes)
+ *   sim: rows fetched by the oracle, LRU, LFU and MIN at capacities 1%, 5%, 20%
+ *     --sim-batch-size B (1024) --sim-batches N (400) --sim-scale F (0.01) --window W (100)
+ *   train: a trainer over the real store and cache; the store holds every row and
+ *   its data are larger than its memory budget; the tables are several times larger
+ *   than the cache
+ *     --batch-size B (512) --batches N (300) --scale F (0.01) --dim D (16)
+ *     --capacity-frac F (0.05) --compute-us LIST (0,2000,10000) --mem-budget MB (8)
+ *     --dir DIR (a fresh directory under $TMPDIR or /tmp)
+ *   --json FILE   also write the figures as JSON
+ *
+ * The trainer "computes" by sleeping (like a GPU step, it leaves the CPU to the
+ * prefetcher), after adding to element 0 of every row it looked up, so released
+ * rows are dirty and evictions write back. The LRU baseline does the same work
+ * on the trainer's thread: per batch, write back dirty victims and read the misses
+ * (ember_put_batch / ember_get_batch), then compute; its wait is that I/O time.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cache/sim.h"
+#include "ember.h"
+#include "ember_cache.h"
+#include "trace.h"
+
+struct cfg {
+	const char *parts;
+	uint64_t seed;
+	double skew;
+	uint32_t plan_bs, plan_nb;
+	double plan_scale;
+	uint32_t sim_bs, sim_nb, window;
+	double sim_scale;
+	uint32_t bs, nb, dim;
+	double scale, cap_frac;
+	char compute[256];
+	uint64_t mem_mb;
+	const char *dir, *json;
+};
+
+static FILE *jf;
+static int jfirst = 1;
+
+static void jkv(const char *section, const char *key, double v)
+{
+	if (!jf)
+		return;
+	fprintf(jf, "%s  {\"section\": \"%s\", \"key\": \"%s\", \"value\": %.6g}", jfirst ? "" : ",\n",
+		section, key, v);
+	jfirst = 0;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *what, int rc)
+{
+	fprintf(stderr, "ember-cache-bench: %s: %s\n", what,
+		rc <= -30000 ? ember_strerror(rc) : strerror(-rc));
+	exit(1);
+}
+
+static int gen(uint32_t bs, uint32_t nb, double scale, const struct cfg *c, struct trace *t)
+{
+	struct trace_params p;
+	trace_params_default(&p);
+	p.batch_size = bs;
+	p.nbatches = nb;
+	p.scale = scale;
+	p.skew = c->skew;
+	p.seed = c->seed;
+	return trace_generate(&p, t);
+}
+
+/* ---- plan: the oracle alone on full-size batches ------------------------------------ */
+
+static void run_plan(const struct cfg *c)
+{
+	struct trace t;
+	struct sim_trace st;
+	double t0 = now_s();
+	int rc = gen(c->plan_bs, c->plan_nb, c->plan_scale, c, &t);
+	if (rc < 0)
+		die("trace", rc);
+	rc = sim_trace_build(&st, t.ntables, t.rows, t.nbatches, t.batch_size, t.ids);
+	if (rc < 0)
+		die("sim_trace_build", rc);
+	double gen_s = now_s() - t0;
+	uint64_t uniq = st.off[st.nbatches];
+	printf("\n== plan: the oracle on %" PRIu32 " batches of %" PRIu32 " samples x %" PRIu32
+	       " tables (%" PRIu64 " rows; generated in %.1f s)\n",
+	       t.nbatches, t.batch_size, t.ntables, st.total_rows, gen_s);
+	printf("link + plan per batch, the oracle's per-row state pre-touched; the second half\n"
+	       "of the batches ('all': every batch, including the cold start of the buckets)\n");
+	printf("%-10s %7s %12s %10s %14s %12s %14s\n", "capacity", "window", "ms/batch", "ns/id",
+	       "ns/distinct", "all:ms/batch", "distinct/batch");
+	uint64_t caps[2] = {st.max_uniq, 4ull * st.max_uniq};
+	uint32_t wins[2] = {4, 8};
+	uint32_t half = t.nbatches / 2, nh = t.nbatches - half;
+	uint64_t ids_h = (uint64_t)nh * t.ntables * t.batch_size;
+	for (int i = 0; i < 2; i++)
+		for (int w = 0; w < 2; w++) {
+			uint64_t cap = caps[i] > st.total_rows ? st.total_rows : caps[i];
+			struct sim_result r;
+			rc = sim_oracle(&st, cap, wins[w], &r);
+			if (rc < 0)
+				die("sim_oracle", rc);
+			double ms = r.plan_ns_second_half / 1e6 / nh;
+			double per_id = r.plan_ns_second_half / (double)ids_h;
+			double per_u = r.plan_ns_second_half / (double)r.uniq_second_half;
+			printf("%-10" PRIu64 " %7" PRIu32 " %12.3f %10.2f %14.2f %12.3f %14.0f\n", cap,
+			       wins[w], ms, per_id, per_u, r.plan_ns / 1e6 / t.nbatches,
+			       (double)uniq / t.nbatches);
+			if (i == 1 && w == 1) {
+				jkv("plan", "ms_per_batch", ms);
+				jkv("plan", "ns_per_id", per_id);
+				jkv("plan", "ns_per_distinct_row", per_u);
+				jkv("plan", "distinct_per_batch", (double)uniq / t.nbatches);
+			}
+		}
+	sim_trace_free(&st);
+	trace_free(&t);
+}
+
+/* ---- sim: rows fetched by policy ---------------------------------------------------- */
+
+static void run_sim(const struct cfg *c)
+{
+	struct trace t;
+	struct sim_trace st;
+	int rc = gen(c->sim_bs, c->sim_nb, c->sim_scale, c, &t);
+	if (rc < 0)
+		die("trace", rc);
+	rc = sim_trace_build(&st, t.ntables, t.rows, t.nbatches, t.batch_size, t.ids);
+	if (rc < 0)
+		die("sim_trace_build", rc);
+	printf("\n== sim: %" PRIu32 " batches of %" PRIu32 " samples x %" PRIu32 " tables, %" PRIu64
+	       " rows, %.0f distinct rows per batch; oracle window %" PRIu32 "\n",
+	       t.nbatches, t.batch_size, t.ntables, st.total_rows,
+	       (double)st.off[st.nbatches] / st.nbatches, c->window);
+	printf("%-9s %10s %12s %12s %12s %12s %10s %10s\n", "capacity", "rows", "oracle", "LRU",
+	       "LFU", "MIN", "oracle/MIN", "LRU/oracle");
+	static const double fr[3] = {0.01, 0.05, 0.20};
+	for (int i = 0; i < 3; i++) {
+		uint64_t cap = (uint64_t)(fr[i] * (double)st.total_rows);
+		if (cap < st.max_uniq) {
+			printf("%8.0f%% %10" PRIu64 "   (below one batch's %" PRIu32
+			       " distinct rows: n/a)\n",
+			       fr[i] * 100, cap, st.max_uniq);
+			continue;
+		}
+		struct sim_result o, l, f, m;
+		if ((rc = sim_oracle(&st, cap, c->window, &o)) < 0 || (rc = sim_lru(&st, cap, &l)) < 0 ||
+		    (rc = sim_lfu(&st, cap, &f)) < 0 || (rc = sim_min(&st, cap, &m)) < 0)
+			die("sim", rc);
+		double om = m.fetched ? (double)o.fetched / m.fetched : 0;
+		double lo = o.fetched ? (double)l.fetched / o.fetched : 0;
+		printf("%8.0f%% %10" PRIu64 " %12" PRIu64 " %12" PRIu64 " %12" PRIu64 " %12" PRIu64
+		       " %10.4f %10.3f\n",
+		       fr[i] * 100, cap, o.fetched, l.fetched, f.fetched, m.fetched, om, lo);
+		char k[64];
+		snprintf(k, sizeof(k), "cap%.0f_oracle_over_min", fr[i] * 100);
+		jkv("sim", k, om);
+		snprintf(k, sizeof(k), "cap%.0f_lru_over_oracle", fr[i] * 100);
+		jkv("sim", k, lo);
+		snprintf(k, sizeof(k), "cap%.0f_lfu_over_oracle", fr[i] * 100);
+		jkv("sim", k, o.fetched ? (double)f.fetched / o.fetched : 0);
+	}
+	sim_trace_free(&st);
+	trace_free(&t);
+}
+
+/* ---- train: the real store -------------------------------------------------------- */
+
+static uint64_t pow2_floor(uint64_t x)
+{
+	uint64_t p = 1;
+	while (p * 2 <= x)
+		p *= 2;
+	return p;
+}
+
+static void key_of(uint8_t *k, uint32_t table, uint64_t row)
+{
+	uint64_t v = (uint64_t)table << 48 | row;
+	memcpy(k, &v, 8);
+}
+
+static void sleep_us(uint64_t us)
+{
+	if (!us)
+		return;
+	struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* Load every row (init: small values) so the store's data exceed its budget. */
+static void load_store(ember_db *db, const struct trace *t, uint32_t dim)
+{
+	ember_session *s = NULL;
+	int rc = ember_session_open(db, &s);
+	if (rc < 0)
+		die("session", rc);
+	enum { N = 1024 };
+	static uint8_t keys[N][8];
+	const void *kp[N], *vp[N];
+	size_t kl[N], vl[N];
+	int st[N];
+	float *vals = calloc((size_t)N * dim, sizeof(float));
+	size_t n = 0;
+	for (uint32_t tb = 0; tb < t->ntables; tb++)
+		for (uint64_t r = 0; r < t->rows[tb]; r++) {
+			key_of(keys[n], tb, r);
+			for (uint32_t j = 0; j < dim; j++)
+				vals[n * dim + j] = (float)((r + j) % 7) * 0.01f;
+			kp[n] = keys[n];
+			kl[n] = 8;
+			vp[n] = vals + n * dim;
+			vl[n] = dim * sizeof(float);
+			if (++n == N || (tb == t->ntables - 1 && r == t->rows[tb] - 1)) {
+				rc = ember_put_batch(s, n, kp, kl, vp, vl, st);
+				if (rc < 0)
+					die("load", rc);
+				for (size_t i = 0; i < n; i++)
+					if (st[i] < 0)
+						die("load", st[i]);
+				n = 0;
+			}
+		}
+	free(vals);
+	ember_session_close(s);
+}
+
+struct run_out {
+	double wall, wait_per_batch, fetched, rows_per_s, mb_per_s, plan_ms, written;
+};
+
+static void run_cache(ember_db *db, const struct trace *t, uint32_t dim, uint64_t cap,
+		      uint32_t window, uint64_t compute_us, struct run_out *out)
+{
+	ember_cache_table *tabs = calloc(t->ntables, sizeof(*tabs));
+	for (uint32_t i = 0; i < t->ntables; i++)
+		tabs[i] = (ember_cache_table){.rows = t->rows[i], .dim = dim};
+	ember_cache_options o;
+	ember_cache_options_default(&o);
+	o.tables = tabs;
+	o.ntables = t->ntables;
+	o.capacity = cap;
+	o.window = window;
+	ember_cache *c = NULL;
+	int rc = ember_cache_open(db, &o, &c);
+	if (rc < 0)
+		die("ember_cache_open", rc);
+	ember_cache_part *parts = calloc(t->ntables, sizeof(*parts));
+	uint64_t *ids = malloc((size_t)t->ntables * t->batch_size * sizeof(uint64_t));
+	uint32_t pushed = 0;
+	double t0 = now_s();
+	for (uint32_t b = 0; b < t->nbatches; b++) {
+		while (pushed < t->nbatches) {
+			for (uint32_t tb = 0; tb < t->ntables; tb++) {
+				const uint32_t *src = trace_ids(t, pushed, tb);
+				uint64_t *dst = ids + (size_t)tb * t->batch_size;
+				for (uint32_t i = 0; i < t->batch_size; i++)
+					dst[i] = src[i];
+				parts[tb] = (ember_cache_part){.table = tb, .n = t->batch_size, .rows = dst};
+			}
+			ember_cache_batch batch = {.nparts = t->ntables, .parts = parts};
+			rc = ember_cache_push(c, &batch);
+			if (rc == EMBER_EAGAIN)
+				break;
+			if (rc < 0)
+				die("push", rc);
+			pushed++;
+		}
+		ember_cache_view v;
+		rc = ember_cache_acquire(c, &v);
+		if (rc < 0)
+			die("acquire", rc);
+		for (uint32_t p = 0; p < v.nparts; p++)
+			for (uint32_t i = 0; i < v.parts[p].n; i++)
+				ember_cache_row(&v, p, i)[0] += 0.001f;
+		sleep_us(compute_us);
+		rc = ember_cache_release(c, &v);
+		if (rc < 0)
+			die("release", rc);
+	}
+	out->wall = now_s() - t0;
+	ember_cache_stats s;
+	ember_cache_stats_get(c, &s);
+	out->wait_per_batch = s.wait_ns / 1e6 / t->nbatches;
+	out->fetched = (double)s.rows_fetched;
+	double busy = s.prefetch_busy_ns / 1e9;
+	out->rows_per_s = busy > 0 ? s.rows_fetched / busy : 0;
+	out->mb_per_s = busy > 0 ? (s.bytes_fetched + (double)s.rows_absent * dim * 4) / busy / 1e6 : 0;
+	out->plan_ms = s.plan_ns / 1e6 / t->nbatches;
+	out->written = (double)s.rows_written_back;
+	rc = ember_cache_close(c);
+	if (rc < 0)
+		die("close", rc);
+	free(parts);
+	free(ids);
+	free(tabs);
+}
+
+/* The baseline: an LRU cache of the same capacity that fetches on demand. */
+static void run_lru(ember_db *db, const struct trace *t, uint32_t dim, uint64_t cap,
+		    uint64_t compute_us, struct run_out *out)
+{
+	uint64_t *base = malloc(t->ntables * sizeof(uint64_t)), total = 0;
+	for (uint32_t i = 0; i < t->ntables; i++) {
+		base[i] = total;
+		total += t->rows[i];
+	}
+	uint32_t *slot_of = malloc(total * sizeof(uint32_t));
+	uint32_t *stamp = calloc(total, sizeof(uint32_t));
+	uint64_t *owner = malloc(cap * sizeof(uint64_t));
+	uint32_t *prev = malloc(cap * sizeof(uint32_t)), *next = malloc(cap * sizeof(uint32_t));
+	uint8_t *dirty = calloc(cap, 1);
+	float *mem = calloc(cap * dim, sizeof(float));
+	size_t bn = (size_t)t->ntables * t->batch_size;
+	uint8_t(*keys)[8] = malloc(bn * 8);
+	const void **kp = malloc(bn * sizeof(void *));
+	void **vp = malloc(bn * sizeof(void *));
+	size_t *kl = malloc(bn * sizeof(size_t)), *vl = malloc(bn * sizeof(size_t)),
+	       *vc = malloc(bn * sizeof(size_t));
+	int *st = malloc(bn * sizeof(int));
+	uint32_t *miss_slot = malloc(bn * sizeof(uint32_t));
+	float *wb = malloc(bn * dim * sizeof(float));
+	memset(slot_of, 0xff, total * sizeof(uint32_t));
+	ember_session *s = NULL;
+	int rc = ember_session_open(db, &s);
+	if (rc < 0)
+		die("session", rc);
+	uint32_t head = UINT32_MAX, tail = UINT32_MAX, used = 0; /* head: least recent */
+#define UNLINK(x)                                                                        \
+	do {                                                                             \
+		if (prev[x] != UINT32_MAX) next[prev[x]] = next[x]; else head = next[x];   \
+		if (next[x] != UINT32_MAX) prev[next[x]] = prev[x]; else tail = prev[x];   \
+	} while (0)
+#define APPEND(x)                                                                        \
+	do {                                                                             \
+		prev[x] = tail; next[x] = UINT32_MAX;                                    \
+		if (tail != UINT32_MAX) next[tail] = x; else head = x;                   \
+		tail = x;                                                                \
+	} while (0)
+	double t0 = now_s(), io = 0;
+	uint64_t fetched = 0, written = 0;
+	for (uint32_t b = 0; b < t->nbatches; b++) {
+		double t1 = now_s();
+		size_t nm = 0, nw = 0;
+		/* hits become most recent first, so that victims are never this batch's */
+		for (uint32_t tb = 0; tb < t->ntables; tb++) {
+			const uint32_t *src = trace_ids(t, b, tb);
+			for (uint32_t i = 0; i < t->batch_size; i++) {
+				uint64_t g = base[tb] + src[i];
+				if (stamp[g] == b + 1)
+					continue;
+				stamp[g] = b + 1;
+				if (slot_of[g] != UINT32_MAX) {
+					UNLINK(slot_of[g]);
+					APPEND(slot_of[g]);
+				}
+			}
+		}
+		for (uint32_t tb = 0; tb < t->ntables; tb++) {
+			const uint32_t *src = trace_ids(t, b, tb);
+			for (uint32_t i = 0; i < t->batch_size; i++) {
+				uint64_t g = base[tb] + src[i];
+				if (slot_of[g] != UINT32_MAX)
+					continue;
+				uint32_t x;
+				if (used < cap) {
+					x = used++;
+				} else {
+					x = head; /* least recent: not this batch's */
+					UNLINK(x);
+					slot_of[owner[x]] = UINT32_MAX;
+					if (dirty[x]) {
+						uint64_t og = owner[x];
+						uint32_t ot = 0;
+						while (ot + 1 < t->ntables && base[ot + 1] <= og)
+							ot++;
+						key_of(keys[nw], ot, og - base[ot]);
+						memcpy(wb + nw * dim, mem + (size_t)x * dim, dim * 4);
+						kp[nw] = keys[nw];
+						kl[nw] = 8;
+						vp[nw] = wb + nw * dim;
+						vl[nw] = dim * 4;
+						nw++;
+					}
+				}
+				APPEND(x);
+				owner[x] = g;
+				slot_of[g] = x;
+				dirty[x] = 0;
+				miss_slot[nm++] = x;
+			}
+		}
+		if (nw) {
+			rc = ember_put_batch(s, nw, kp, kl, (const void *const *)vp, vl, st);
+			if (rc < 0)
+				die("lru put", rc);
+			written += nw;
+		}
+		for (size_t i = 0; i < nm; i++) {
+			uint64_t g = owner[miss_slot[i]];
+			uint32_t ot = 0;
+			while (ot + 1 < t->ntables && base[ot + 1] <= g)
+				ot++;
+			key_of(keys[i], ot, g - base[ot]);
+			kp[i] = keys[i];
+			kl[i] = 8;
+			vp[i] = mem + (size_t)miss_slot[i] * dim;
+			vc[i] = dim * 4;
+		}
+		if (nm) {
+			rc = ember_get_batch(s, nm, kp, kl, vp, vc, vl, st);
+			if (rc < 0)
+				die("lru get", rc);
+			fetched += nm;
+		}
+		io += now_s() - t1;
+		/* the trainer's step */
+		for (uint32_t tb = 0; tb < t->ntables; tb++) {
+			const uint32_t *src = trace_ids(t, b, tb);
+			for (uint32_t i = 0; i < t->batch_size; i++) {
+				uint32_t x = slot_of[base[tb] + src[i]];
+				mem[(size_t)x * dim] += 0.001f;
+				dirty[x] = 1;
+			}
+		}
+		sleep_us(compute_us);
+	}
+#undef UNLINK
+#undef APPEND
+	out->wall = now_s() - t0;
+	out->wait_per_batch = io * 1e3 / t->nbatches;
+	out->fetched = (double)fetched;
+	out->rows_per_s = io > 0 ? fetched / io : 0;
+	out->mb_per_s = io > 0 ? fetched * dim * 4.0 / io / 1e6 : 0;
+	out->plan_ms = 0;
+	out->written = (double)written;
+	ember_session_close(s);
+	free(base);
+	free(slot_of);
+	free(stamp);
+	free(owner);
+	free(prev);
+	free(next);
+	free(dirty);
+	free(mem);
+	free(keys);
+	free(kp);
+	free(vp);
+	free(kl);
+	free(vl);
+	free(vc);
+	free(st);
+	free(miss_slot);
+	free(wb);
+}
+
+static void run_train(const struct cfg *c)
+{
+	struct trace t;
+	int rc = gen(c->bs, c->nb, c->scale, c, &t);
+	if (rc < 0)
+		die("trace", rc);
+	struct sim_trace st;
+	rc = sim_trace_build(&st, t.ntables, t.rows, t.nbatches, t.batch_size, t.ids);
+	if (rc < 0)
+		die("sim_trace_build", rc);
+	uint64_t cap = (uint64_t)(c->cap_frac * (double)st.total_rows);
+	if (cap < st.max_uniq) {
+		fprintf(stderr, "ember-cache-bench: capacity %" PRIu64 " below a batch's %" PRIu32
+				" distinct rows: raise --capacity-frac or lower --batch-size\n",
+			cap, st.max_uniq);
+		exit(1);
+	}
+	char dir[512];
+	if (c->dir) {
+		snprintf(dir, sizeof(dir), "%s", c->dir);
+	} else {
+		const char *tmp = getenv("TMPDIR");
+		snprintf(dir, sizeof(dir), "%s/ember-cache-bench-XXXXXX", tmp ? tmp : "/tmp");
+		if (!mkdtemp(dir))
+			die("mkdtemp", -errno);
+	}
+	uint64_t budget = c->mem_mb << 20;
+	uint64_t rec = 32 + 8 + ((c->dim * 4 + 7) & ~7u);
+	ember_options so;
+	ember_options_default(&so);
+	uint64_t page = pow2_floor(budget / 256);
+	so.page_size = (uint32_t)(page < (64u << 10) ? 64u << 10 : page > (1u << 20) ? 1u << 20 : page);
+	so.memory_budget = budget;
+	so.index_buckets = pow2_floor(budget / 4 / 64);
+	so.hot_disk_budget = so.index_buckets * 4 * rec;
+	so.cold_disk_budget = 8 * st.total_rows * rec;
+	so.cold_index_chunks = pow2_floor(st.total_rows / 32 > 1 ? st.total_rows / 32 : 1) * 2;
+	so.flags = EMBER_OPEN_TRUNCATE;
+	ember_db *db = NULL;
+	rc = ember_open(dir, &so, &db);
+	if (rc < 0)
+		die("ember_open", rc);
+	double t0 = now_s();
+	load_store(db, &t, c->dim);
+	double data_mb = (double)st.total_rows * rec / 1e6;
+	printf("\n== train: %" PRIu32 " batches of %" PRIu32 " samples x %" PRIu32 " tables, %" PRIu64
+	       " rows of %" PRIu32 " fp32 (%.1f MB of records, store memory budget %" PRIu64
+	       " MiB; loaded in %.1f s); cache %" PRIu64 " rows (%.1f%%, tables %.0fx the cache), "
+	       "window %" PRIu32 ", %.0f distinct rows per batch\n",
+	       t.nbatches, t.batch_size, t.ntables, st.total_rows, c->dim, data_mb, c->mem_mb,
+	       now_s() - t0, cap, 100.0 * cap / st.total_rows, (double)st.total_rows / cap, c->window,
+	       (double)st.off[st.nbatches] / st.nbatches);
+	struct sim_result mn;
+	if (sim_min(&st, cap, &mn) == 0)
+		printf("   (Belady's MIN would fetch %" PRIu64 " rows)\n", mn.fetched);
+	printf("%-7s %10s %9s %12s %12s %10s %10s %12s %10s\n", "cache", "compute_us", "wall_s",
+	       "wait_ms/b", "fetched", "rows/s", "MB/s", "plan_ms/b", "written");
+	char list[256];
+	snprintf(list, sizeof(list), "%s", c->compute);
+	for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+		uint64_t us = strtoull(tok, NULL, 10);
+		struct run_out o, l;
+		run_cache(db, &t, c->dim, cap, c->window, us, &o);
+		run_lru(db, &t, c->dim, cap, us, &l);
+		printf("%-7s %10" PRIu64 " %9.2f %12.3f %12.0f %10.0f %10.1f %12.3f %10.0f\n", "oracle", us,
+		       o.wall, o.wait_per_batch, o.fetched, o.rows_per_s, o.mb_per_s, o.plan_ms,
+		       o.written);
+		printf("%-7s %10" PRIu64 " %9.2f %12.3f %12.0f %10.0f %10.1f %12s %10.0f\n", "lru", us,
+		       l.wall, l.wait_per_batch, l.fetched, l.rows_per_s, l.mb_per_s, "-", l.written);
+		char k[64];
+		snprintf(k, sizeof(k), "compute%" PRIu64 "_oracle_wait_ms", us);
+		jkv("train", k, o.wait_per_batch);
+		snprintf(k, sizeof(k), "compute%" PRIu64 "_lru_wait_ms", us);
+		jkv("train", k, l.wait_per_batch);
+		snprintf(k, sizeof(k), "compute%" PRIu64 "_oracle_rows_per_s", us);
+		jkv("train", k, o.rows_per_s);
+		snprintf(k, sizeof(k), "compute%" PRIu64 "_oracle_plan_ms", us);
+		jkv("train", k, o.plan_ms);
+		snprintf(k, sizeof(k), "compute%" PRIu64 "_oracle_fetched", us);
+		jkv("train", k, o.fetched);
+		snprintf(k, sizeof(k), "compute%" PRIu64 "_lru_fetched", us);
+		jkv("train", k, l.fetched);
+	}
+	ember_stats es;
+	ember_stats_get(db, &es);
+	printf("   store: %" PRIu64 " hot + %" PRIu64 " cold compactions, reads from disk: hot %" PRIu64
+	       ", cold %" PRIu64 "\n",
+	       es.hot.compactions, es.cold.compactions, es.hot.reads_disk, es.cold.reads_disk);
+	rc = ember_close(db);
+	if (rc < 0)
+		die("ember_close", rc);
+	if (!c->dir) {
+		char cmd[600];
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "could not remove %s\n", dir);
+	}
+	sim_trace_free(&st);
+	trace_free(&t);
+}
+
+int main(int argc, char **argv)
+{
+	struct cfg c = {.parts = "plan,sim,train", .seed = 1, .skew = 1.05, .plan_bs = 16384,
+			.plan_nb = 12, .plan_scale = 1.0, .sim_bs = 1024, .sim_nb = 400,
+			.window = 100, .sim_scale = 0.01, .bs = 512, .nb = 300, .dim = 16,
+			.scale = 0.01, .cap_frac = 0.05, .compute = "0,2000,10000", .mem_mb = 8};
+	for (int i = 1; i + 1 < argc || (i < argc && (fprintf(stderr, "missing value\n"), 0));
+	     i += 2) {
+		const char *a = argv[i], *v = argv[i + 1];
+		if (!strcmp(a, "--parts")) c.parts = v;
+		else if (!strcmp(a, "--seed")) c.seed = strtoull(v, NULL, 0);
+		else if (!strcmp(a, "--skew")) c.skew = atof(v);
+		else if (!strcmp(a, "--plan-batch-size")) c.plan_bs = (uint32_t)atoi(v);
+		else if (!strcmp(a, "--plan-batches")) c.plan_nb = (uint32_t)atoi(v);
+		else if (!strcmp(a, "--plan-scale")) c.plan_scale = atof(v);
+		else if (!strcmp(a, "--sim-batch-size")) c.sim_bs = (uint32_t)atoi(v);
+		else if (!strcmp(a, "--sim-batches")) c.sim_nb = (uint32_t)atoi(v);
+		else if (!strcmp(a, "--sim-scale")) c.sim_scale = atof(v);
+		else if (!strcmp(a, "--window")) c.window = (uint32_t)atoi(v);
+		else if (!strcmp(a, "--batch-size")) c.bs = (uint32_t)atoi(v);
+		else if (!strcmp(a, "--batches")) c.nb = (uint32_t)atoi(v);
+		else if (!strcmp(a, "--scale")) c.scale = atof(v);
+		else if (!strcmp(a, "--dim")) c.dim = (uint32_t)atoi(v);
+		else if (!strcmp(a, "--capacity-frac")) c.cap_frac = atof(v);
+		else if (!strcmp(a, "--compute-us")) snprintf(c.compute, sizeof(c.compute), "%s", v);
+		else if (!strcmp(a, "--mem-budget")) c.mem_mb = strtoull(v, NULL, 0);
+		else if (!strcmp(a, "--dir")) c.dir = v;
+		else if (!strcmp(a, "--json")) c.json = v;
+		else {
+			fprintf(stderr, "ember-cache-bench: unknown option %s (see the file's header)\n", a);
+			return 2;
+		}
+	}
+	if (!c.plan_bs || !c.plan_nb || !c.sim_bs || !c.sim_nb || !c.window || !c.bs || !c.nb ||
+	    !c.dim || c.dim > 1024 || !(c.cap_frac > 0) || !c.mem_mb) {
+		fprintf(stderr, "ember-cache-bench: bad option value\n");
+		return 2;
+	}
+	if (c.json && !(jf = fopen(c.json, "w")))
+		die(c.json, -errno);
+	if (jf)
+		fprintf(jf, "[\n");
+	printf("ember-cache-bench %s: seed %" PRIu64 ", skew %.2f\n", ember_version(), c.seed, c.skew);
+	if (strstr(c.parts, "plan"))
+		run_plan(&c);
+	if (strstr(c.parts, "sim"))
+		run_sim(&c);
+	if (strstr(c.parts, "train"))
+		run_train(&c);
+	if (jf) {
+		fprintf(jf, "\n]\n");
+		fclose(jf);
+	}
+	return 0;
+}

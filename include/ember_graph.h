@@ -448,8 +448,10 @@ int ember_graph_buffer_set_ordering(ember_graph_buffer *b, const ember_graph_ord
 typedef struct ember_graph_buffer_options {
 	/* Required: c, partitions resident per state (1 .. p). */
 	uint32_t capacity;
-	/* Extra slots into which the next state's incoming partitions are read while
-	 * the current state trains (partitions that do not fit are read at the swap).
+	/* Extra slots into which the partitions of the next states are read while the
+	 * current state trains: up to prefetch_slots states ahead while free slots
+	 * last (a partition that finds none is read at its swap). Partitions a state
+	 * within that horizon needs stay resident across the states that lack them.
 	 * Default 1; EMBER_GRAPH_BUFFER_NO_PREFETCH for none. */
 	uint32_t prefetch_slots;
 	/* EMBER_GRAPH_BUFFER_* flags. */

@@ -357,6 +357,20 @@ static void test_errors(struct graph_fixture *fx)
 	CHECK_RC(ember_graph_buffer_next_batch(b, eb, 4, &n), EMBER_ESTATE);
 	CHECK_RC(ember_graph_buffer_next_batch(b, NULL, 4, &n), EMBER_EINVAL);
 	CHECK_RC(ember_graph_buffer_next_batch(b, eb, 0, &n), EMBER_EINVAL);
+	CHECK_RC(ember_graph_buffer_next_batch(b, eb, 4, NULL), EMBER_EINVAL);
+	CHECK_RC(ember_graph_buffer_next_batch(NULL, eb, 4, &n), EMBER_EINVAL);
+	uint64_t nb[4];
+	CHECK_RC(ember_graph_buffer_next_nodes(b, nb, 4, &n), EMBER_ESTATE);
+	CHECK_RC(ember_graph_buffer_next_nodes(b, NULL, 4, &n), EMBER_EINVAL);
+	CHECK_RC(ember_graph_buffer_next_nodes(b, nb, 0, &n), EMBER_EINVAL);
+	CHECK_RC(ember_graph_buffer_next_nodes(b, nb, 4, NULL), EMBER_EINVAL);
+	CHECK_RC(ember_graph_buffer_next_nodes(NULL, nb, 4, &n), EMBER_EINVAL);
+	CHECK_RC(ember_graph_buffer_gather(b, 1, NULL, NULL), EMBER_EINVAL);
+	CHECK_RC(ember_graph_buffer_gather(NULL, 0, NULL, NULL), EMBER_EINVAL);
+	CHECK_RC(ember_graph_buffer_set_plan(NULL, NULL), EMBER_EINVAL);
+	ember_graph_buffer_options_default(NULL);   /* accepted, does nothing */
+	ember_graph_import_options_default(NULL);
+	ember_graph_sampler_options_default(NULL);
 	uint64_t node = 0;
 	float row[8] = {1, 1, 1, 1, 1, 1, 1, 1};
 	CHECK_RC(ember_graph_buffer_update(b, 1, &node, row, EMBER_GRAPH_UPDATE_ADD), EMBER_ESTATE);

@@ -726,10 +726,16 @@ static int iter_log(struct iter *it, struct hlog *log, struct em_file *f, const 
 	return rc;
 }
 
+/* The store this thread is walking (ember_iterate called from its own fn would wait
+ * for the pass_mu it holds: it gets EMBER_ESTATE instead). */
+static _Thread_local struct ember_db *walking;
+
 int ember_iterate(ember_db *db, ember_iter_fn fn, void *arg)
 {
 	if (!db || db->magic != DB_MAGIC || !fn)
 		return EMBER_EINVAL;
+	if (walking == db)
+		return EMBER_ESTATE;
 	struct iter it = {.db = db, .fn = fn, .arg = arg};
 	int rc = walk_session(db, &it.st, &it.s);
 	if (rc < 0)
@@ -743,6 +749,7 @@ int ember_iterate(ember_db *db, ember_iter_fn fn, void *arg)
 	struct compactor *comp = db->comp;
 	if (comp)
 		pthread_mutex_lock(&comp->pass_mu); /* note 5 */
+	walking = db;
 	it.t_hot = hlog_load(&db->hot->tail);
 	it.t_cold = hlog_load(&db->cold->tail);
 	wait_epoch(db);
@@ -752,6 +759,7 @@ int ember_iterate(ember_db *db, ember_iter_fn fn, void *arg)
 	if (rc == 0)
 		rc = iter_log(&it, db->cold, &db->cold_file, "cold.log", db->cold_max_record,
 			      it.t_cold, ST_SHADOW);
+	walking = NULL;
 	if (comp)
 		pthread_mutex_unlock(&comp->pass_mu);
 undo_alloc:

@@ -161,6 +161,8 @@ out_has "bytes on disk before"
 run 0 --readonly "$D" get hello
 out_is "again"
 run 0 --readonly "$D" verify
+run 0 --readonly "$D" dump --keys-only
+[ "$(wc -l <"$OUT")" = 6 ] || fail "read-only dump printed $(wc -l <"$OUT") keys"
 run 3 --readonly "$D" put hello x
 err_has "read-only"
 run 3 --readonly "$D" delete hello

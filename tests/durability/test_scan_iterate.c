@@ -240,6 +240,22 @@ static int count_fn(void *arg, const void *k, size_t kl, const void *v, size_t v
 	return 0;
 }
 
+/* Calls back into the store from fn: verify works, a nested walk is refused. */
+static int nested_fn(void *arg, const void *k, size_t kl, const void *v, size_t vl)
+{
+	(void)k;
+	(void)kl;
+	(void)v;
+	(void)vl;
+	ember_db *db = arg;
+	uint64_t n = 0;
+	CHECK_RC(ember_iterate(db, count_fn, &n), EMBER_ESTATE);
+	CHECK(n == 0, "a refused walk called fn");
+	ember_verify_report rep;
+	CHECK_OK(ember_verify(db, &rep));
+	return 5;
+}
+
 static void test_stop(void)
 {
 	char dir[256];
@@ -265,6 +281,7 @@ static void test_stop(void)
 		CHECK_RC(ember_iterate(db, stop_fn, &left), 7);
 		CHECK(left == 0, "stopped late or early");
 	}
+	CHECK_RC(ember_iterate(db, nested_fn, db), 5);
 	/* a walk that stopped early left the store working: writes, compaction, walks */
 	CHECK_OK(ember_put(s, "after", 5, "x", 1));
 	CHECK_OK(ember_compact(db, 1));

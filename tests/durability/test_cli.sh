@@ -93,6 +93,12 @@ cmp -s "$OUT" "$TMP/blob" || fail "get --raw blob differs from the file put"
 printf 'from stdin' | "$EMBER" "$D" put piped @- >"$OUT" 2>"$ERR" || fail "put @-"
 run 0 "$D" get piped
 out_is "from stdin"
+run 0 "$D" put -- --dash 0x4061
+run 0 "$D" get -- --dash
+out_is "0x4061"
+run 0 "$D" dump --keys-only
+grep -qx '0x2d2d64617368' "$OUT" || fail "a key starting with - is not dumped as hex"
+run 0 "$D" delete 0x2d2d64617368
 run 0 "$D" put gone soon
 run 0 "$D" delete gone
 run 1 "$D" get gone

@@ -11,7 +11,7 @@
  *  - Keys and values on the command line are text, or hex with a 0x prefix ("0x"
  *    alone is the empty value). A value may also come from a file: @path (@- is
  *    standard input).
- *  - Output: bytes that are printable ASCII (and do not start with 0x) are printed
+ *  - Output: bytes that are printable ASCII (not starting with 0x, @ or -) are printed
  *    as text, anything else as 0x-hex, so every key and value printed can be given
  *    back as an argument; --text and --hex force one form.
  *  - Opening never truncates and never creates a store unless --create is given.
@@ -201,7 +201,9 @@ static int parse_bytes(const char *arg, int allow_file, uint8_t **out, size_t *l
 
 static int is_plain_text(const uint8_t *p, size_t n)
 {
-	if (n == 0 || (n >= 2 && p[0] == '0' && (p[1] == 'x' || p[1] == 'X')) || p[0] == '@')
+	/* what would read back as something else: empty, 0x..., @file, an option */
+	if (n == 0 || (n >= 2 && p[0] == '0' && (p[1] == 'x' || p[1] == 'X')) || p[0] == '@' ||
+	    p[0] == '-')
 		return 0;
 	for (size_t i = 0; i < n; i++)
 		if (p[i] < 0x20 || p[i] > 0x7e)
@@ -698,8 +700,8 @@ static const struct cmd cmds[] = {
 	 "  --text       print them as text, with \\xNN for bytes that are not printable\n"
 	 "               ASCII and \\\\ for a backslash\n"
 	 "  --limit N    stop after N keys\n"
-	 "By default a key or value that is printable ASCII (and does not start with 0x\n"
-	 "or @) is printed as it is, any other as 0x-hex: every field can be given back\n"
+	 "By default a key or value that is printable ASCII (and does not start with 0x,\n"
+	 "@ or -) is printed as it is, any other as 0x-hex: every field can be given back\n"
 	 "to get, put or delete as it was printed. Compaction pauses while the dump runs.\n"
 	 "Exit: 0, or 3 if the store failed (a damaged record: the detail says where).\n",
 	 cmd_dump},

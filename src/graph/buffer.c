@@ -241,7 +241,7 @@ static void *reader_main(void *arg)
 				if (ni == 0)
 					break;
 				if (ni > items_cap || nk > keys_cap) {
-					/* grow outside nothing: allocation under the lock is short */
+					/* grow the batch arrays (under the lock: a short allocation) */
 					size_t icap = ni * 2, kcap = nk * 2 + 16;
 					struct rd_item *it = em_alloc(icap * sizeof(*it));
 					uint8_t *kb = em_alloc(kcap * GRAPH_KEY_MAX);

@@ -521,12 +521,14 @@ typedef struct ember_graph_state {
 } ember_graph_state;
 
 /*
- * Move to the plan's next state: evict the partitions it lacks (writing back the
- * dirty ones in the background), wait for its partitions and edges, then start
- * reading the state after it. Fills *st (may be NULL). Returns EMBER_ENOTFOUND when
- * the plan has no more states (the resident partitions stay), EMBER_ESTATE with no
- * plan, or the first error a background read or write met (EMBER_EIO, a store
- * error), after which the buffer only closes.
+ * Move to the plan's next state: evict the partitions that neither it nor the
+ * states read ahead for need (writing back the dirty ones in the background), wait
+ * for its partitions and edges, then start reading the states after it (see
+ * prefetch_slots). Fills *st (may be NULL). Returns EMBER_ENOTFOUND when the plan has
+ * no more states (the resident partitions stay, and stay current), EMBER_ESTATE with
+ * no plan, or the first error a background read or write met (EMBER_EIO,
+ * EMBER_ECORRUPT for a chunk missing or of the wrong size, a store error), after
+ * which every call returns it and the buffer only closes.
  */
 int ember_graph_buffer_next_state(ember_graph_buffer *b, ember_graph_state *st);
 

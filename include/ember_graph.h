@@ -528,7 +528,7 @@ typedef struct ember_graph_state {
  * no more states (the resident partitions stay, and stay current), EMBER_ESTATE with
  * no plan, or the first error a background read or write met (EMBER_EIO,
  * EMBER_ECORRUPT for a chunk missing or of the wrong size, a store error), after
- * which every call returns it and the buffer only closes.
+ * which next_state, set_plan, flush and close return it: close the buffer.
  */
 int ember_graph_buffer_next_state(ember_graph_buffer *b, ember_graph_state *st);
 

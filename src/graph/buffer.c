@@ -4,17 +4,18 @@
  *
  * Design notes
  * ------------
- * Threads: the trainer (the caller of ember_graph_buffer_*), a reader and a writer
- * (each with a store session of its own). One mutex (mu) guards every slot and
- * bucket-entry field except the data arrays; three condition variables wake the
+ * Threads: the trainer (the caller of ember_graph_buffer_*), GRAPH_READERS readers
+ * and a writer (each with a store session of its own); a reader claims queued loads
+ * under the lock, so two never take the same one. One mutex (mu) guards every slot
+ * and bucket-entry field except the data arrays; three condition variables wake the
  * reader (cv_reader), the writer (cv_writer) and whoever waits for I/O (cv_done).
  *
  * Slot states and their transitions (each names the function that makes it):
  *
- *   FREE --schedule_load--> LOADING --reader_run--> RESIDENT
+ *   FREE --schedule_load--> LOADING --reader_main--> RESIDENT
  *   RESIDENT --evict (clean, or READ_ONLY)--> FREE (valid: a clean copy stays)
- *   RESIDENT --evict (dirty)--> FREE + writing --writer_run--> FREE (valid, clean)
- *   RESIDENT --ember_graph_buffer_flush (dirty)--> RESIDENT + writing --writer_run-->
+ *   RESIDENT --evict (dirty)--> FREE + writing --writer_main--> FREE (valid, clean)
+ *   RESIDENT --ember_graph_buffer_flush (dirty)--> RESIDENT + writing --writer_main-->
  *       RESIDENT (clean)
  *   FREE (valid, maybe writing) --schedule_load of the same partition--> LOADING
  *       with need_read = false (a reclaim: no read)
@@ -446,7 +447,7 @@ static void *writer_main(void *arg)
 			b->st.partitions_written++;
 		}
 		pthread_cond_broadcast(&b->cv_done);
-		pthread_cond_signal(&b->cv_reader); /* loads that waited for these writes */
+		pthread_cond_broadcast(&b->cv_reader); /* loads that waited for these writes */
 	}
 	if (rc < 0 && !b->error)
 		b->error = rc;
@@ -710,7 +711,8 @@ static void buffer_stop(ember_graph_buffer *b)
 	pthread_cond_broadcast(&b->cv_reader);
 	pthread_cond_broadcast(&b->cv_writer);
 	pthread_mutex_unlock(&b->mu);
-	pthread_join(b->reader, NULL);
+	for (uint32_t i = 0; i < b->nreaders; i++)
+		pthread_join(b->readers[i], NULL);
 	pthread_join(b->writer, NULL);
 	b->threads_started = false;
 }
@@ -834,24 +836,25 @@ int ember_graph_buffer_open(ember_graph *g, const ember_graph_buffer_options *op
 	if (rc < 0)
 		goto undo_buffer;
 	b->cur = -1;
-	rc = pthread_create(&b->reader, NULL, reader_main, b);
-	if (rc) {
-		rc = -rc;
-		goto undo_buffer;
+	for (uint32_t i = 0; i < GRAPH_READERS && rc == 0; i++) {
+		rc = -pthread_create(&b->readers[i], NULL, reader_main, b);
+		if (rc == 0)
+			b->nreaders++;
 	}
-	rc = pthread_create(&b->writer, NULL, writer_main, b);
-	if (rc) {
-		rc = -rc;
+	if (rc == 0)
+		rc = -pthread_create(&b->writer, NULL, writer_main, b);
+	if (rc < 0) {
 		pthread_mutex_lock(&b->mu);
 		b->stop = true;
 		pthread_cond_broadcast(&b->cv_reader);
 		pthread_mutex_unlock(&b->mu);
-		pthread_join(b->reader, NULL);
+		for (uint32_t i = 0; i < b->nreaders; i++)
+			pthread_join(b->readers[i], NULL);
 		goto undo_buffer;
 	}
 	b->threads_started = true;
 	pthread_mutex_lock(&b->mu);
-	while (b->ready < 2)
+	while (b->ready < (int)GRAPH_READERS + 1)
 		pthread_cond_wait(&b->cv_done, &b->mu);
 	rc = b->error;
 	pthread_mutex_unlock(&b->mu);

@@ -102,6 +102,9 @@ int graph_read_chunks(ember_graph *g, ember_session *s, int kind, uint32_t a, ui
 /* ---- the buffer (buffer.c; read by sampler.c) --------------------------------------- */
 
 #define GRAPH_NONE UINT32_MAX
+/* Reader threads: a second one starts the next loads while the first one's batch is
+ * still in flight (and overlaps one batch's copies with the other's I/O). */
+#define GRAPH_READERS 2
 
 enum { SLOT_FREE = 0, SLOT_LOADING, SLOT_RESIDENT };
 enum { BK_FREE = 0, BK_LOADING, BK_READY };
@@ -147,7 +150,8 @@ struct ember_graph_buffer {
 
 	pthread_mutex_t mu;
 	pthread_cond_t cv_reader, cv_writer, cv_done;
-	pthread_t reader, writer;
+	pthread_t readers[GRAPH_READERS], writer;
+	uint32_t nreaders;    /* reader threads started */
 	bool threads_started;
 	bool stop;
 	int error;            /* first background error (sticky) */

@@ -517,7 +517,8 @@ typedef struct ember_graph_state {
 	uint32_t index;              /* in the plan */
 	uint32_t capacity;
 	const uint32_t *partitions;  /* capacity ids, in slot order */
-	uint64_t examples;           /* edges (or training nodes) this state yields */
+	uint64_t edges;              /* training edges next_batch yields in this state */
+	uint64_t nodes;              /* training nodes next_nodes yields in this state */
 } ember_graph_state;
 
 /*

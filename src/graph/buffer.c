@@ -1223,7 +1223,8 @@ int ember_graph_buffer_next_state(ember_graph_buffer *b, ember_graph_state *st)
 		*st = (ember_graph_state){.index = (uint32_t)k,
 					  .capacity = b->c,
 					  .partitions = b->cur_parts,
-					  .examples = b->nexamples ? b->nexamples : b->nnodes_ex};
+					  .edges = b->nexamples,
+					  .nodes = b->nnodes_ex};
 out:
 	pthread_mutex_unlock(&b->mu);
 	return rc;

@@ -123,8 +123,8 @@ static void run_epoch_ord(struct graph_fixture *fx, ember_graph_buffer *b, const
 								   EMBER_GRAPH_UPDATE_ADD));
 			in_state += n;
 		}
-		CHECK(in_state == st.examples, "state yielded %llu of %llu examples",
-		      (unsigned long long)in_state, (unsigned long long)st.examples);
+		CHECK(in_state == st.edges, "state yielded %llu of %llu examples",
+		      (unsigned long long)in_state, (unsigned long long)st.edges);
 		total += in_state;
 	}
 	CHECK(total == fx->m, "epoch gave %llu edges, want %zu", (unsigned long long)total, fx->m);
@@ -301,7 +301,7 @@ static void test_nodes(struct graph_fixture *fx)
 		tg_plan_make(&tp, fx->p, bo.capacity, tu_rng_global());
 		CHECK_OK(ember_graph_buffer_set_plan(b, &tp.plan));
 		memset(seen, 0, fx->n);
-		uint64_t total = 0;
+		uint64_t total = 0, in_state = 0;
 		ember_graph_state st;
 		int rc;
 		while ((rc = ember_graph_buffer_next_state(b, &st)) == 0) {
@@ -315,7 +315,11 @@ static void test_nodes(struct graph_fixture *fx)
 					CHECK_OK(ember_graph_buffer_gather(b, 1, &out[i], row));
 				}
 				total += n;
+				in_state += n;
 			} while (n);
+			CHECK(in_state == st.nodes, "state yielded %llu of %llu nodes",
+			      (unsigned long long)in_state, (unsigned long long)st.nodes);
+			in_state = 0;
 		}
 		CHECK_RC(rc, EMBER_ENOTFOUND);
 		CHECK(total == fx->n, "nodes per epoch %llu want %llu", (unsigned long long)total,

@@ -263,6 +263,39 @@ static void test_node_file_and_train(ember_db *db)
 	CHECK_OK(ember_graph_info_get(g, &gi));
 	CHECK(gi.train_nodes == ntrain, "train nodes %llu want %llu",
 	      (unsigned long long)gi.train_nodes, (unsigned long long)ntrain);
+	/* the buffer's node classification mode yields exactly the training nodes */
+	ember_graph_buffer_options bo;
+	ember_graph_buffer_options_default(&bo);
+	bo.capacity = 4;
+	ember_graph_buffer *b = NULL;
+	CHECK_OK(ember_graph_buffer_open(g, &bo, &b));
+	tg_plan plan;
+	tg_plan_make(&plan, 16, 4, r);
+	CHECK_OK(ember_graph_buffer_set_plan(b, &plan.plan));
+	unsigned char *got = calloc(n, 1);
+	uint64_t ids[100], yielded = 0;
+	ember_graph_state st;
+	int rc2;
+	while ((rc2 = ember_graph_buffer_next_state(b, &st)) == 0) {
+		size_t k;
+		do {
+			CHECK_OK(ember_graph_buffer_next_nodes(b, ids, 100, &k));
+			for (size_t i = 0; i < k; i++) {
+				uint64_t x;
+				CHECK_OK(ember_graph_node_to_original(g, ids[i], &x));
+				CHECK(train[x] && !got[x], "node %llu is not a training node, or twice",
+				      (unsigned long long)x);
+				got[x] = 1;
+			}
+			yielded += k;
+		} while (k);
+	}
+	CHECK_RC(rc2, EMBER_ENOTFOUND);
+	CHECK(yielded == ntrain, "yielded %llu training nodes of %llu", (unsigned long long)yielded,
+	      (unsigned long long)ntrain);
+	free(got);
+	tg_plan_free(&plan);
+	CHECK_OK(ember_graph_buffer_close(b));
 	free(rows);
 	free(train);
 	CHECK_OK(ember_graph_close(g));

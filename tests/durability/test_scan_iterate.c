@@ -150,7 +150,7 @@ static void test_tiers(int rc_on)
 	CHECK(vbuf, "malloc");
 	tu_map ref;
 	tu_map_init(&ref);
-	uint64_t nkeys = tu_scaled(12000);
+	uint64_t nkeys = tu_scaled(8000);
 
 	/* 1: every key written once; the oldest part of the hot log is on disk */
 	for (uint64_t i = 0; i < nkeys; i++)

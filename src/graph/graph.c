@@ -265,8 +265,8 @@ int ember_graph_open(ember_db *db, const char *name, ember_graph **out)
 		goto undo_session;
 	}
 	if (m->train_nodes) {
-		/* The per-partition training counts: an extra 'c' value at chunk index
-		 * UINT32_MAX (p u64s), written by import. */
+		/* The per-partition training counts: the 'c' value with a = 1
+		 * (p u64s), written by import. */
 		klen = graph_key(key, name, nlen, GK_COUNTS, 1, 0, 0);
 		rc = ember_get(s, key, klen, g->train_counts, (size_t)m->partitions * 8, &vlen);
 		if (rc == EMBER_ENOTFOUND || rc == EMBER_ERANGE ||

@@ -4,7 +4,8 @@
  * The stored layout (docs/graph.md has the tables):
  *   key    "eg" | name length (1 byte) | name | kind (1 byte) | a | b | chunk
  *          (a, b, chunk: big-endian u32, so one graph's keys sort by kind, a, b)
- *   kinds  'm' metadata (a = b = chunk = 0), 'c' bucket counts (chunk),
+ *   kinds  'm' metadata (a = b = chunk = 0), 'c' bucket counts (a = 0, chunk) and
+ *          training counts per partition (a = 1),
  *          'n' node data (a = partition, chunk), 'e' edge bucket (a = src partition,
  *          b = dst partition, chunk), 't' training nodes (a = partition, chunk)
  *   values node data: rows of dim little-endian float32, rows_per_chunk rows per

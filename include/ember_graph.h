@@ -5,8 +5,8 @@
  * partitions with background prefetch and write-back, training examples, and
  * multi-hop neighbourhood sampling.
  *
- * (Being written: the orderings section and the buffer section below are filled in
- * by separate changes.)
+ * Design notes: docs/graph.md (import, stored layout, buffer, sampling) and
+ * docs/graph_orderings.md.
  */
 #ifndef EMBER_GRAPH_H
 #define EMBER_GRAPH_H

@@ -206,6 +206,7 @@ typedef struct ember_cache_stats {
 	uint64_t prefetch_idle_ns;   /* time the prefetcher had nothing to do */
 	uint64_t prefetch_busy_ns;   /* time the prefetcher spent fetching and writing back */
 	uint64_t plan_ns;            /* time the oracle spent linking and planning batches */
+	uint64_t fetch_rounds;       /* ember_get_batch calls of the prefetcher */
 	uint64_t resident;           /* rows in slots now */
 	uint64_t capacity;           /* slots */
 } ember_cache_stats;

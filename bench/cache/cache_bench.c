@@ -15,8 +15,8 @@
  *   train: a trainer over the real store and cache; the store holds every row and
  *   its data are larger than its memory budget; the tables are several times larger
  *   than the cache
- *     --batch-size B (512) --batches N (300) --scale F (0.01) --dim D (16)
- *     --capacity-frac F (0.05) --compute-us LIST (0,2000,10000) --mem-budget MB (8)
+ *     --batch-size B (512) --batches N (100) --scale F (0.01) --dim D (16)
+ *     --capacity-frac F (0.05) --compute-us LIST (0,10000,30000) --mem-budget MB (8)
  *     --dir DIR (a fresh directory under $TMPDIR or /tmp)
  *   --json FILE   also write the figures as JSON
  *
@@ -254,7 +254,11 @@ static void load_store(ember_db *db, const struct trace *t, uint32_t dim)
 
 struct run_out {
 	double wall, wait_per_batch, fetched, rows_per_s, mb_per_s, plan_ms, written;
+	double wait_after_fill; /* mean wait per batch, batches FILL.. (the pipeline full) */
+	uint32_t waited;        /* batches FILL.. that waited over 0.1 ms */
 };
+
+#define FILL 8 /* the first batches wait for the pipeline to fill (prefetch_batches) */
 
 static void run_cache(ember_db *db, const struct trace *t, uint32_t dim, uint64_t cap,
 		      uint32_t window, uint64_t compute_us, struct run_out *out)
@@ -275,6 +279,8 @@ static void run_cache(ember_db *db, const struct trace *t, uint32_t dim, uint64_
 	ember_cache_part *parts = calloc(t->ntables, sizeof(*parts));
 	uint64_t *ids = malloc((size_t)t->ntables * t->batch_size * sizeof(uint64_t));
 	uint32_t pushed = 0;
+	out->wait_after_fill = 0;
+	out->waited = 0;
 	double t0 = now_s();
 	for (uint32_t b = 0; b < t->nbatches; b++) {
 		while (pushed < t->nbatches) {
@@ -294,9 +300,15 @@ static void run_cache(ember_db *db, const struct trace *t, uint32_t dim, uint64_
 			pushed++;
 		}
 		ember_cache_view v;
+		double ta = now_s();
 		rc = ember_cache_acquire(c, &v);
 		if (rc < 0)
 			die("acquire", rc);
+		ta = now_s() - ta;
+		if (b >= FILL) {
+			out->wait_after_fill += ta;
+			out->waited += ta > 1e-4;
+		}
 		for (uint32_t p = 0; p < v.nparts; p++)
 			for (uint32_t i = 0; i < v.parts[p].n; i++)
 				ember_cache_row(&v, p, i)[0] += 0.001f;
@@ -306,6 +318,7 @@ static void run_cache(ember_db *db, const struct trace *t, uint32_t dim, uint64_
 			die("release", rc);
 	}
 	out->wall = now_s() - t0;
+	out->wait_after_fill = t->nbatches > FILL ? out->wait_after_fill * 1e3 / (t->nbatches - FILL) : 0;
 	ember_cache_stats s;
 	ember_cache_stats_get(c, &s);
 	out->wait_per_batch = s.wait_ns / 1e6 / t->nbatches;
@@ -315,6 +328,10 @@ static void run_cache(ember_db *db, const struct trace *t, uint32_t dim, uint64_
 	out->mb_per_s = busy > 0 ? (s.bytes_fetched + (double)s.rows_absent * dim * 4) / busy / 1e6 : 0;
 	out->plan_ms = s.plan_ns / 1e6 / t->nbatches;
 	out->written = (double)s.rows_written_back;
+	if (getenv("EMBER_CACHE_BENCH_DEBUG"))
+		fprintf(stderr, "  [oracle: %llu rounds, busy %.3f s, idle %.3f s, wait %.3f s, plan %.3f s]\n",
+			(unsigned long long)s.fetch_rounds, s.prefetch_busy_ns / 1e9,
+			s.prefetch_idle_ns / 1e9, s.wait_ns / 1e9, s.plan_ns / 1e9);
 	rc = ember_cache_close(c);
 	if (rc < 0)
 		die("close", rc);
@@ -364,8 +381,9 @@ static void run_lru(ember_db *db, const struct trace *t, uint32_t dim, uint64_t 
 		if (tail != UINT32_MAX) next[tail] = x; else head = x;                   \
 		tail = x;                                                                \
 	} while (0)
-	double t0 = now_s(), io = 0;
+	double t0 = now_s(), io = 0, io_fill = 0;
 	uint64_t fetched = 0, written = 0;
+	out->waited = 0;
 	for (uint32_t b = 0; b < t->nbatches; b++) {
 		double t1 = now_s();
 		size_t nm = 0, nw = 0;
@@ -441,6 +459,10 @@ static void run_lru(ember_db *db, const struct trace *t, uint32_t dim, uint64_t 
 			fetched += nm;
 		}
 		io += now_s() - t1;
+		if (b >= FILL) {
+			io_fill += now_s() - t1;
+			out->waited += now_s() - t1 > 1e-4;
+		}
 		/* the trainer's step */
 		for (uint32_t tb = 0; tb < t->ntables; tb++) {
 			const uint32_t *src = trace_ids(t, b, tb);
@@ -456,6 +478,7 @@ static void run_lru(ember_db *db, const struct trace *t, uint32_t dim, uint64_t 
 #undef APPEND
 	out->wall = now_s() - t0;
 	out->wait_per_batch = io * 1e3 / t->nbatches;
+	out->wait_after_fill = t->nbatches > FILL ? io_fill * 1e3 / (t->nbatches - FILL) : 0;
 	out->fetched = (double)fetched;
 	out->rows_per_s = io > 0 ? fetched / io : 0;
 	out->mb_per_s = io > 0 ? fetched * dim * 4.0 / io / 1e6 : 0;
@@ -481,6 +504,62 @@ static void run_lru(ember_db *db, const struct trace *t, uint32_t dim, uint64_t 
 	free(wb);
 }
 
+/* A fresh store holding every row (data larger than its memory budget), settled. */
+static ember_db *loaded_store(const struct cfg *c, const struct trace *t, uint64_t total_rows,
+			      char *dir, size_t cap, double *load_s)
+{
+	if (c->dir) {
+		snprintf(dir, cap, "%s", c->dir);
+	} else {
+		const char *tmp = getenv("TMPDIR");
+		snprintf(dir, cap, "%s/ember-cache-bench-XXXXXX", tmp ? tmp : "/tmp");
+		if (!mkdtemp(dir))
+			die("mkdtemp", -errno);
+	}
+	uint64_t budget = c->mem_mb << 20;
+	uint64_t rec = 32 + 8 + ((c->dim * 4 + 7) & ~7u);
+	ember_options so;
+	ember_options_default(&so);
+	uint64_t page = pow2_floor(budget / 256);
+	so.page_size = (uint32_t)(page < (64u << 10) ? 64u << 10 : page > (1u << 20) ? 1u << 20 : page);
+	so.memory_budget = budget;
+	so.index_buckets = pow2_floor(budget / 4 / 64);
+	so.hot_disk_budget = so.index_buckets * 4 * rec;
+	so.cold_disk_budget = 8 * total_rows * rec;
+	so.cold_index_chunks = pow2_floor(total_rows / 32 > 1 ? total_rows / 32 : 1) * 2;
+	so.flags = EMBER_OPEN_TRUNCATE;
+	ember_db *db = NULL;
+	int rc = ember_open(dir, &so, &db);
+	if (rc < 0)
+		die("ember_open", rc);
+	double t0 = now_s();
+	load_store(db, t, c->dim);
+	/* settle: compact what the load left, so the run does not share the disk
+	 * with the load's background compaction */
+	rc = ember_compact(db, 1);
+	if (rc < 0)
+		die("ember_compact", rc);
+	*load_s = now_s() - t0;
+	return db;
+}
+
+static void drop_store(const struct cfg *c, ember_db *db, const char *dir)
+{
+	ember_stats es;
+	ember_stats_get(db, &es);
+	printf("%56s store: reads from disk hot %" PRIu64 " cold %" PRIu64 "; compactions %" PRIu64
+	       "\n", "", es.hot.reads_disk, es.cold.reads_disk, es.hot.compactions + es.cold.compactions);
+	int rc = ember_close(db);
+	if (rc < 0)
+		die("ember_close", rc);
+	if (!c->dir) {
+		char cmd[600];
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "could not remove %s\n", dir);
+	}
+}
+
 static void run_train(const struct cfg *c)
 {
 	struct trace t;
@@ -498,61 +577,50 @@ static void run_train(const struct cfg *c)
 			cap, st.max_uniq);
 		exit(1);
 	}
-	char dir[512];
-	if (c->dir) {
-		snprintf(dir, sizeof(dir), "%s", c->dir);
-	} else {
-		const char *tmp = getenv("TMPDIR");
-		snprintf(dir, sizeof(dir), "%s/ember-cache-bench-XXXXXX", tmp ? tmp : "/tmp");
-		if (!mkdtemp(dir))
-			die("mkdtemp", -errno);
-	}
-	uint64_t budget = c->mem_mb << 20;
 	uint64_t rec = 32 + 8 + ((c->dim * 4 + 7) & ~7u);
-	ember_options so;
-	ember_options_default(&so);
-	uint64_t page = pow2_floor(budget / 256);
-	so.page_size = (uint32_t)(page < (64u << 10) ? 64u << 10 : page > (1u << 20) ? 1u << 20 : page);
-	so.memory_budget = budget;
-	so.index_buckets = pow2_floor(budget / 4 / 64);
-	so.hot_disk_budget = so.index_buckets * 4 * rec;
-	so.cold_disk_budget = 8 * st.total_rows * rec;
-	so.cold_index_chunks = pow2_floor(st.total_rows / 32 > 1 ? st.total_rows / 32 : 1) * 2;
-	so.flags = EMBER_OPEN_TRUNCATE;
-	ember_db *db = NULL;
-	rc = ember_open(dir, &so, &db);
-	if (rc < 0)
-		die("ember_open", rc);
-	double t0 = now_s();
-	load_store(db, &t, c->dim);
 	double data_mb = (double)st.total_rows * rec / 1e6;
 	printf("\n== train: %" PRIu32 " batches of %" PRIu32 " samples x %" PRIu32 " tables, %" PRIu64
 	       " rows of %" PRIu32 " fp32 (%.1f MB of records, store memory budget %" PRIu64
-	       " MiB; loaded in %.1f s); cache %" PRIu64 " rows (%.1f%%, tables %.0fx the cache), "
-	       "window %" PRIu32 ", %.0f distinct rows per batch\n",
-	       t.nbatches, t.batch_size, t.ntables, st.total_rows, c->dim, data_mb, c->mem_mb,
-	       now_s() - t0, cap, 100.0 * cap / st.total_rows, (double)st.total_rows / cap, c->window,
+	       " MiB; a fresh store, loaded and compacted, for every run); cache %" PRIu64
+	       " rows (%.1f%%, tables %.0fx the cache), window %" PRIu32 ", %.0f distinct rows per "
+	       "batch\n",
+	       t.nbatches, t.batch_size, t.ntables, st.total_rows, c->dim, data_mb, c->mem_mb, cap,
+	       100.0 * cap / st.total_rows, (double)st.total_rows / cap, c->window,
 	       (double)st.off[st.nbatches] / st.nbatches);
 	struct sim_result mn;
 	if (sim_min(&st, cap, &mn) == 0)
 		printf("   (Belady's MIN would fetch %" PRIu64 " rows)\n", mn.fetched);
-	printf("%-7s %10s %9s %12s %12s %10s %10s %12s %10s\n", "cache", "compute_us", "wall_s",
-	       "wait_ms/b", "fetched", "rows/s", "MB/s", "plan_ms/b", "written");
+	printf("wait_ms/b: mean over all batches; after_fill: mean over batches %d.. (the first\n"
+	       "ones wait for the pipeline to fill); waited: batches %d.. that waited > 0.1 ms.\n"
+	       "rows/s, MB/s: rows (and row bytes) fetched per second of the prefetcher's busy\n"
+	       "time (LRU: of the trainer's I/O time); written: rows written back\n", FILL, FILL);
+	printf("%-7s %10s %8s %10s %10s %7s %9s %9s %7s %10s %9s\n", "cache", "compute_us", "wall_s",
+	       "wait_ms/b", "after_fill", "waited", "fetched", "rows/s", "MB/s", "plan_ms/b",
+	       "written");
 	char list[256];
 	snprintf(list, sizeof(list), "%s", c->compute);
 	for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
 		uint64_t us = strtoull(tok, NULL, 10);
 		struct run_out o, l;
+		char dir[512];
+		double load_s;
+		ember_db *db = loaded_store(c, &t, st.total_rows, dir, sizeof(dir), &load_s);
 		run_cache(db, &t, c->dim, cap, c->window, us, &o);
+		printf("%-7s %10" PRIu64 " %8.2f %10.3f %10.3f %7u %9.0f %9.0f %7.1f %10.3f %9.0f\n",
+		       "oracle", us, o.wall, o.wait_per_batch, o.wait_after_fill, o.waited, o.fetched,
+		       o.rows_per_s, o.mb_per_s, o.plan_ms, o.written);
+		drop_store(c, db, dir);
+		db = loaded_store(c, &t, st.total_rows, dir, sizeof(dir), &load_s);
 		run_lru(db, &t, c->dim, cap, us, &l);
-		printf("%-7s %10" PRIu64 " %9.2f %12.3f %12.0f %10.0f %10.1f %12.3f %10.0f\n", "oracle", us,
-		       o.wall, o.wait_per_batch, o.fetched, o.rows_per_s, o.mb_per_s, o.plan_ms,
-		       o.written);
-		printf("%-7s %10" PRIu64 " %9.2f %12.3f %12.0f %10.0f %10.1f %12s %10.0f\n", "lru", us,
-		       l.wall, l.wait_per_batch, l.fetched, l.rows_per_s, l.mb_per_s, "-", l.written);
+		printf("%-7s %10" PRIu64 " %8.2f %10.3f %10.3f %7u %9.0f %9.0f %7.1f %10s %9.0f\n", "lru",
+		       us, l.wall, l.wait_per_batch, l.wait_after_fill, l.waited, l.fetched, l.rows_per_s,
+		       l.mb_per_s, "-", l.written);
+		drop_store(c, db, dir);
 		char k[64];
 		snprintf(k, sizeof(k), "compute%" PRIu64 "_oracle_wait_ms", us);
 		jkv("train", k, o.wait_per_batch);
+		snprintf(k, sizeof(k), "compute%" PRIu64 "_oracle_wait_after_fill_ms", us);
+		jkv("train", k, o.wait_after_fill);
 		snprintf(k, sizeof(k), "compute%" PRIu64 "_lru_wait_ms", us);
 		jkv("train", k, l.wait_per_batch);
 		snprintf(k, sizeof(k), "compute%" PRIu64 "_oracle_rows_per_s", us);
@@ -564,20 +632,6 @@ static void run_train(const struct cfg *c)
 		snprintf(k, sizeof(k), "compute%" PRIu64 "_lru_fetched", us);
 		jkv("train", k, l.fetched);
 	}
-	ember_stats es;
-	ember_stats_get(db, &es);
-	printf("   store: %" PRIu64 " hot + %" PRIu64 " cold compactions, reads from disk: hot %" PRIu64
-	       ", cold %" PRIu64 "\n",
-	       es.hot.compactions, es.cold.compactions, es.hot.reads_disk, es.cold.reads_disk);
-	rc = ember_close(db);
-	if (rc < 0)
-		die("ember_close", rc);
-	if (!c->dir) {
-		char cmd[600];
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-		if (system(cmd) != 0)
-			fprintf(stderr, "could not remove %s\n", dir);
-	}
 	sim_trace_free(&st);
 	trace_free(&t);
 }
@@ -586,8 +640,8 @@ int main(int argc, char **argv)
 {
 	struct cfg c = {.parts = "plan,sim,train", .seed = 1, .skew = 1.05, .plan_bs = 16384,
 			.plan_nb = 12, .plan_scale = 1.0, .sim_bs = 1024, .sim_nb = 400,
-			.window = 100, .sim_scale = 0.01, .bs = 512, .nb = 300, .dim = 16,
-			.scale = 0.01, .cap_frac = 0.05, .compute = "0,2000,10000", .mem_mb = 8};
+			.window = 100, .sim_scale = 0.01, .bs = 512, .nb = 100, .dim = 16,
+			.scale = 0.01, .cap_frac = 0.05, .compute = "0,10000,30000", .mem_mb = 8};
 	for (int i = 1; i + 1 < argc || (i < argc && (fprintf(stderr, "missing value\n"), 0));
 	     i += 2) {
 		const char *a = argv[i], *v = argv[i + 1];

@@ -15,7 +15,9 @@
  *
  * A batch's states, and the call that moves it on:
  *   free --push--> pushed --prefetcher: oracle_link--> linked
- *        --prefetcher: oracle_plan (when seq < released + prefetch_batches)--> planned
+ *        --prefetcher: oracle_plan (when seq == released, or seq < released +
+ *        prefetch_batches and the unreleased planned rows fit in half the
+ *        capacity: inflight_fits)--> planned
  *        --prefetcher: fetch_round, until all its admissions are done--> resident
  *        --acquire--> acquired --release--> released (= free: the ring entry can
  *        take batch seq + window)
@@ -133,7 +135,7 @@ struct ember_cache {
 	/* statistics: relaxed atomics, each counter on its own (snapshots may lag) */
 	_Atomic uint64_t st_pushed, st_planned, st_released, st_lookups, st_unique, st_hits,
 		st_fetched, st_absent, st_evicted, st_wb, st_bytes_fetched, st_bytes_wb,
-		st_wait_ns, st_idle_ns, st_busy_ns, st_plan_ns, st_resident;
+		st_wait_ns, st_idle_ns, st_busy_ns, st_plan_ns, st_resident, st_rounds;
 };
 
 static uint64_t now_ns(void)
@@ -322,23 +324,39 @@ static int fetch_round(struct ember_cache *c, struct cbatch *b, uint32_t release
 	slot_store_write(&c->ss, n, c->mv);
 	b->mdone += n;
 	stat_add(&c->st_fetched, n);
+	stat_add(&c->st_rounds, 1);
 	stat_add(&c->st_absent, absent);
 	stat_add(&c->st_bytes_fetched, bytes);
 	stat_add(&c->st_resident, first);
 	return (int)n;
 }
 
-/* Plan batch `planned`: the oracle, then every lookup's slot. */
-static void plan_one(struct ember_cache *c)
+/* Plan batch `planned`: the oracle, then every lookup's slot. Rows last used by
+ * batches from `released` on are pinned (their admissions would wait). */
+static void plan_one(struct ember_cache *c, uint32_t released)
 {
 	struct cbatch *b = &c->ring[c->planned % c->window];
-	oracle_plan(c->oracle, &b->ob);
+	oracle_plan(c->oracle, &b->ob, released);
 	for (size_t i = 0; i < b->nids; i++)
 		b->lslots[i] = b->uslot[b->luidx[i]];
 	b->mdone = 0;
 	stat_add(&c->st_hits, b->ob.nuniq - b->ob.nmiss);
 	stat_add(&c->st_planned, 1);
 	c->planned++;
+}
+
+/*
+ * Plan one more batch ahead only while the distinct rows of the batches planned
+ * and not released, with the next one's, fill at most half the capacity: rows of
+ * unreleased batches are pinned, and a plan that has to evict pinned rows makes
+ * its admissions wait for the trainer's releases.
+ */
+static int inflight_fits(const struct ember_cache *c, uint32_t released)
+{
+	uint64_t rows = c->ring[c->planned % c->window].ob.nuniq;
+	for (uint32_t q = released; q < c->planned; q++)
+		rows += c->ring[q % c->window].ob.nuniq;
+	return rows <= c->capacity / 2;
 }
 
 static void *prefetcher_main(void *arg)
@@ -374,10 +392,11 @@ static void *prefetcher_main(void *arg)
 			pthread_mutex_lock(&c->mu);
 			continue;
 		}
-		if (c->planned < c->linked && c->planned < released + c->pf_batches) {
+		if (c->planned < c->linked && c->planned < released + c->pf_batches &&
+		    (c->planned == released || inflight_fits(c, released))) {
 			pthread_mutex_unlock(&c->mu);
 			uint64_t t0 = now_ns();
-			plan_one(c);
+			plan_one(c, released);
 			stat_add(&c->st_plan_ns, now_ns() - t0);
 			pthread_mutex_lock(&c->mu);
 			continue;
@@ -869,6 +888,7 @@ int ember_cache_stats_get(ember_cache *c, ember_cache_stats *out)
 	out->prefetch_idle_ns = LD(st_idle_ns);
 	out->prefetch_busy_ns = LD(st_busy_ns);
 	out->plan_ns = LD(st_plan_ns);
+	out->fetch_rounds = LD(st_rounds);
 	out->resident = LD(st_resident);
 #undef LD
 	out->capacity = c->capacity;

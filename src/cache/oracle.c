@@ -35,6 +35,18 @@
  *   3. every row of p records p as its slot's last use and moves to the bucket of
  *      its next use (or the tail of "never"); bucket p is then empty.
  *
+ * Pinned rows. In the cache, the rows of batches planned but not yet released are
+ * pinned: evicting one delays its admission until the trainer releases that batch,
+ * and the trainer may then wait for the fetch. The victim search therefore takes
+ * (1) the head of "never" if it is not pinned (the queue is ordered by last use,
+ * so if its head is pinned, all of it is); else (2) the first unpinned row found
+ * by walking the buckets from the highest down (at most PIN_SCAN entries per
+ * distinct row of the batch, over the whole plan); else
+ * (3) the head of "never", pinned; else (4) the top of the highest bucket. With
+ * nothing pinned (the simulator) this is exactly Belady's choice; with pins it
+ * trades a few fetches (a row with a known next use instead of a pinned one with
+ * none) for admissions that need not wait.
+ *
  * Invariants (checked by oracle_check):
  *   I1. At most `capacity` rows have a slot; row -> slot (orow.slot1) and
  *       slot -> row (oslot.table/row) are inverse.
@@ -99,6 +111,10 @@ struct oracle {
 
 /* How far ahead the walks over a batch's rows prefetch their per-row state. */
 #define PF_AHEAD 16
+/* Bucket entries the victim searches of one plan walk at most looking for unpinned
+ * rows: PIN_SCAN per distinct row of the batch (bounds the plan's cost at a few
+ * more accesses per row when most resident rows are pinned). */
+#define PIN_SCAN 8
 
 static inline uint64_t never_entry(uint32_t s, uint32_t gen)
 {
@@ -239,14 +255,39 @@ void oracle_link(struct oracle *o, struct obatch *b)
 }
 
 /* The slot of the resident row to evict while planning batch p (pass 2). */
-static uint32_t pop_victim(struct oracle *o, uint32_t p)
+static uint32_t pop_victim(struct oracle *o, uint32_t p, uint32_t pinned, uint64_t *budget)
 {
+	/* (1), (3): the head of "never" (stale entries dropped on the way) */
 	while (o->never_head < o->never_n) {
-		uint64_t e = o->never[o->never_head++];
+		uint64_t e = o->never[o->never_head];
 		uint32_t s = (uint32_t)e;
-		if (o->slot[s].gen == (uint32_t)(e >> 32))
+		if (o->slot[s].gen != (uint32_t)(e >> 32)) {
+			o->never_head++;
+			continue;
+		}
+		if (o->slot[s].lu < pinned || pinned == ORACLE_NONE) {
+			o->never_head++;
 			return s;
+		}
+		break; /* pinned, and so is the rest of the queue */
 	}
+	/* (2): an unpinned row in the highest buckets */
+	for (uint32_t q = o->hi; q > p && *budget > 0; q--) {
+		uint32_t *link = &o->head[q % o->ring];
+		if (*link == ORACLE_NONE && q == o->hi)
+			o->hi = q - 1; /* the top bucket is empty: never scan it again */
+		for (uint32_t s = *link; s != ORACLE_NONE && *budget > 0; s = *link, (*budget)--) {
+			if (o->slot[s].lu < pinned || pinned == ORACLE_NONE) {
+				*link = o->slot[s].nextb;
+				return s;
+			}
+			link = &o->slot[s].nextb;
+		}
+	}
+	/* (3) */
+	if (o->never_head < o->never_n)
+		return (uint32_t)o->never[o->never_head++];
+	/* (4) */
 	for (uint32_t q = o->hi; q > p; q--) {
 		uint32_t *h = &o->head[q % o->ring];
 		if (*h != ORACLE_NONE) {
@@ -260,10 +301,11 @@ static uint32_t pop_victim(struct oracle *o, uint32_t p)
 	return ORACLE_NONE;
 }
 
-void oracle_plan(struct oracle *o, struct obatch *b)
+void oracle_plan(struct oracle *o, struct obatch *b, uint32_t pinned)
 {
 	uint32_t p = b->seq;
 	uint32_t nmiss = 0;
+	uint64_t budget = (uint64_t)PIN_SCAN * b->nuniq + 64;
 
 	/* pass 1: hits keep their slot (they sit in bucket p) */
 	for (uint32_t k = 0; k < b->nuniq; k++) {
@@ -289,7 +331,7 @@ void oracle_plan(struct oracle *o, struct obatch *b)
 			mi->vrow = 0;
 			mi->vlast = ORACLE_NONE;
 		} else {
-			s = pop_victim(o, p);
+			s = pop_victim(o, p, pinned, &budget);
 			/* the caller guarantees nuniq <= capacity, so a victim exists */
 			struct oslot *v = &o->slot[s];
 			o->rowst[v->table][v->row].slot1 = 0;

@@ -71,8 +71,14 @@ void oracle_destroy(struct oracle *o);
 /* Record batch b (b->seq must be the next to link). */
 void oracle_link(struct oracle *o, struct obatch *b);
 
-/* Plan batch b (b->seq must be the next to plan, and linked). */
-void oracle_plan(struct oracle *o, struct obatch *b);
+/*
+ * Plan batch b (b->seq must be the next to plan, and linked). pinned: rows whose
+ * last use is batch `pinned` or later are still in use by the trainer (not
+ * released), so evicting one makes its admission wait; among victims of equal
+ * standing the plan prefers rows that are not pinned (see oracle.c, "Pinned
+ * rows"). ORACLE_NONE: nothing is pinned (the simulator): pure Belady.
+ */
+void oracle_plan(struct oracle *o, struct obatch *b, uint32_t pinned);
 
 /* Touch every page of the per-row state (it is allocated zeroed and mapped lazily,
  * so first touches otherwise cost a page fault each, inside link and plan). */

@@ -437,7 +437,7 @@ int sim_oracle(const struct sim_trace *t, uint64_t capacity, uint32_t window,
 			linked++;
 		}
 		struct obatch *b = &ob[p % window];
-		oracle_plan(o, b);
+		oracle_plan(o, b, ORACLE_NONE);
 		r->fetched += b->nmiss;
 		r->hits += b->nuniq - b->nmiss;
 	}

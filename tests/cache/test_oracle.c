@@ -13,7 +13,10 @@
  *   - Belady's rule with the window's knowledge: each victim's next use (within
  *     the linked batches; none = infinitely far) is the farthest among the rows
  *     still evictable, and among rows with no next use it is the least recently
- *     used.
+ *     used;
+ *   - half the plans run with pinned rows (last used by a recent batch, as if not
+ *     released): then a pinned victim is only taken when every row with no next
+ *     use is pinned too (Belady's rule is not checked for those plans).
  */
 #include "cache/oracle.h"
 #include "ember.h"
@@ -35,7 +38,8 @@ struct tb {
 static uint64_t plans, evictions;
 
 /* Plan batch p of b[] and check the plan against the shadow cache. */
-static void plan_and_check(struct oracle *o, struct tb *b, uint32_t p, uint32_t linked,
+static void plan_and_check(struct oracle *o, struct tb *b, uint32_t p, uint32_t pinned,
+			   uint32_t linked,
 			   const uint64_t *base, uint64_t total, uint64_t cap, uint32_t *owner,
 			   uint32_t *lastuse, uint32_t *slot_of, uint32_t *inbatch, uint32_t *nu,
 			   uint32_t *cand)
@@ -53,7 +57,7 @@ static void plan_and_check(struct oracle *o, struct tb *b, uint32_t p, uint32_t 
 		if (owner[s] != INF && inbatch[owner[s]] != p + 1)
 			cand[ncand++] = s;
 
-	oracle_plan(o, &b[p].ob);
+	oracle_plan(o, &b[p].ob, pinned);
 	plans++;
 	struct obatch *ob = &b[p].ob;
 	CHECK(ob->nmiss <= ob->nuniq, "nmiss");
@@ -80,6 +84,21 @@ static void plan_and_check(struct oracle *o, struct tb *b, uint32_t p, uint32_t 
 			CHECK(inbatch[v] != p + 1, "batch %u evicted its own row", p);
 			CHECK(mi->vlast == lastuse[s] && mi->vlast < p, "vlast %u, last use %u",
 			      mi->vlast, lastuse[s]);
+			if (pinned != ORACLE_NONE) {
+				if (lastuse[s] >= pinned)
+					for (uint32_t i = 0; i < ncand; i++)
+						CHECK(cand[i] == INF || nu[owner[cand[i]]] != INF ||
+							      lastuse[cand[i]] >= pinned,
+						      "batch %u: a pinned victim while an unpinned row "
+						      "with no next use was left", p);
+				for (uint32_t i = 0; i < ncand; i++)
+					if (cand[i] == s)
+						cand[i] = INF;
+				slot_of[v] = INF;
+				owner[s] = (uint32_t)g;
+				slot_of[g] = s;
+				continue;
+			}
 			/* the farthest next use among the candidates left; ties at
 			 * "never": the least recently used */
 			uint32_t best = 0, lru = INF;
@@ -184,7 +203,9 @@ int main(int argc, char **argv)
 				oracle_link(o, &b[linked].ob);
 				linked++;
 			} else {
-				plan_and_check(o, b, planned, linked, base, total, cap, owner,
+				uint32_t pin = tu_rng_chance(rng, 1, 2) ? ORACLE_NONE
+						: planned - (uint32_t)tu_rng_below(rng, planned < 4 ? planned + 1 : 4);
+				plan_and_check(o, b, planned, pin, linked, base, total, cap, owner,
 					       lastuse, slot_of, inbatch, nu, cand);
 				planned++;
 			}

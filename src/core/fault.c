@@ -11,14 +11,17 @@
  *     countdown and a single-threaded workload is fully reproducible.
  *  3. limit is enforced with a CAS loop on fired: a failure is injected only if it
  *     can claim one of the limit slots.
- *  4. Injected I/O completions live in a list under one mutex, keyed by ring, in
- *     FIFO order; a ring's entries are either queued (not yet submitted) or ready.
- *     pending counts all entries so the reaper skips the mutex when none exist.
- *     The list uses malloc, not em_alloc, so the alloc site never recurses here.
+ *  4. An injected I/O failure is a real request (a read of fd -1, which the kernel
+ *     fails with -EBADF) plus a record (ring, user_data, error) in a list under
+ *     one mutex; the reaper swaps the -EBADF of a recorded (ring, user_data) for
+ *     the error. pending counts the records so the reaper skips the mutex when
+ *     none exist. The list uses malloc, not em_alloc, so the alloc site never
+ *     recurses here.
  */
 #include "core/fault.h"
 
 #include <errno.h>
+#include <execinfo.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -111,9 +114,15 @@ int em_fault_hit(enum em_fault_site site)
 							 memory_order_relaxed, memory_order_relaxed));
 	int err = f->err ? f->err : site_default_err(site);
 	/* relaxed: a debugging switch */
-	if (atomic_load_explicit(&verbose, memory_order_relaxed))
+	int v = atomic_load_explicit(&verbose, memory_order_relaxed);
+	if (v) {
 		fprintf(stderr, "ember fault: %s hit %llu fails (%d)\n", site_names[site],
 			(unsigned long long)n, err);
+		if (v > 1) { /* where it was hit (resolve with addr2line) */
+			void *frames[24];
+			backtrace_symbols_fd(frames, backtrace(frames, 24), 2);
+		}
+	}
 	return err;
 }
 
@@ -190,7 +199,8 @@ uint64_t em_fault_fired(enum em_fault_site site)
 
 void em_fault_set_verbose(int on)
 {
-	atomic_store_explicit(&verbose, on != 0, memory_order_relaxed); /* a debugging switch */
+	/* relaxed: a debugging switch */
+	atomic_store_explicit(&verbose, on < 0 ? 0 : on > 2 ? 2 : on, memory_order_relaxed);
 }
 
 /* ---- the $EMBER_FAULTS syntax ---------------------------------------------------- */
@@ -323,7 +333,7 @@ __attribute__((constructor)) static void fault_from_env(void)
 {
 	const char *v = getenv("EMBER_FAULTS_VERBOSE");
 	if (v && *v && strcmp(v, "0") != 0)
-		em_fault_set_verbose(1);
+		em_fault_set_verbose(strcmp(v, "2") == 0 ? 2 : 1);
 	const char *text = getenv("EMBER_FAULTS");
 	if (text && *text && em_fault_parse(text) < 0)
 		fprintf(stderr, "ember: EMBER_FAULTS=\"%s\" is not valid; no fault armed "
@@ -331,58 +341,45 @@ __attribute__((constructor)) static void fault_from_env(void)
 			text);
 }
 
-/* ---- injected I/O completions ----------------------------------------------------- */
+/* ---- injected I/O failures -------------------------------------------------------- */
 
-struct fake_cqe {
-	struct fake_cqe *next;
+struct fake_req {
+	struct fake_req *next;
 	const void *ring;
 	uint64_t ud;
-	int res;
-	int ready;
+	int err;
 };
 
 static pthread_mutex_t fake_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct fake_cqe *fake_head, **fake_tail = &fake_head;
+static struct fake_req *fake_head;
 static _Atomic unsigned fake_pending; /* entries in the list */
 
-int em_fault_ring_queue(const void *ring, uint64_t ud, int res)
+_Static_assert(EM_FAULT_RING_MARK == -EBADF, "the mark is -EBADF");
+
+int em_fault_ring_queue(const void *ring, uint64_t ud, int err)
 {
-	struct fake_cqe *c = malloc(sizeof(*c));
+	struct fake_req *c = malloc(sizeof(*c));
 	if (!c)
 		return -ENOMEM;
-	*c = (struct fake_cqe){NULL, ring, ud, res, 0};
+	*c = (struct fake_req){NULL, ring, ud, err};
 	pthread_mutex_lock(&fake_mu);
-	*fake_tail = c;
-	fake_tail = &c->next;
-	/* relaxed: a hint read by em_fault_ring_take; the list itself is under fake_mu */
+	/* order does not matter: entries of one (ring, ud) are interchangeable */
+	c->next = fake_head;
+	fake_head = c;
+	/* relaxed: a hint for the reaper's fast path; the list is under fake_mu */
 	atomic_fetch_add_explicit(&fake_pending, 1, memory_order_relaxed);
 	pthread_mutex_unlock(&fake_mu);
 	return 0;
 }
 
-void em_fault_ring_submitted(const void *ring)
+/* Unlink the first entry of ring (with user_data ud unless any). Under fake_mu. */
+static struct fake_req *unlink_first(const void *ring, uint64_t ud, int any)
 {
-	/* relaxed: only this ring's own thread adds its entries, so a 0 here is exact
-	 * for this ring */
-	if (!atomic_load_explicit(&fake_pending, memory_order_relaxed))
-		return;
-	pthread_mutex_lock(&fake_mu);
-	for (struct fake_cqe *c = fake_head; c; c = c->next)
-		if (c->ring == ring)
-			c->ready = 1;
-	pthread_mutex_unlock(&fake_mu);
-}
-
-/* Unlink the first entry of ring (ready ones only when ready_only). */
-static struct fake_cqe *unlink_first(const void *ring, int ready_only)
-{
-	for (struct fake_cqe **pp = &fake_head; *pp; pp = &(*pp)->next) {
-		struct fake_cqe *c = *pp;
-		if (c->ring != ring || (ready_only && !c->ready))
+	for (struct fake_req **pp = &fake_head; *pp; pp = &(*pp)->next) {
+		struct fake_req *c = *pp;
+		if (c->ring != ring || (!any && c->ud != ud))
 			continue;
 		*pp = c->next;
-		if (fake_tail == &c->next)
-			fake_tail = pp;
 		/* relaxed: as in em_fault_ring_queue */
 		atomic_fetch_sub_explicit(&fake_pending, 1, memory_order_relaxed);
 		return c;
@@ -390,31 +387,30 @@ static struct fake_cqe *unlink_first(const void *ring, int ready_only)
 	return NULL;
 }
 
-int em_fault_ring_take(const void *ring, uint64_t *ud, int *res)
+int em_fault_ring_result(const void *ring, uint64_t ud, int res)
 {
-	/* relaxed: as in em_fault_ring_submitted */
-	if (!atomic_load_explicit(&fake_pending, memory_order_relaxed))
-		return 0;
+	/* relaxed: a ring's own thread recorded its entries, so it sees them */
+	if (res != EM_FAULT_RING_MARK || !atomic_load_explicit(&fake_pending, memory_order_relaxed))
+		return res;
 	pthread_mutex_lock(&fake_mu);
-	struct fake_cqe *c = unlink_first(ring, 1);
+	struct fake_req *c = unlink_first(ring, ud, 0);
 	pthread_mutex_unlock(&fake_mu);
 	if (!c)
-		return 0;
-	*ud = c->ud;
-	*res = c->res;
+		return res; /* a real -EBADF */
+	int err = c->err;
 	free(c);
-	return 1;
+	return err;
 }
 
 unsigned em_fault_ring_forget(const void *ring)
 {
 	unsigned n = 0;
-	/* relaxed: as in em_fault_ring_submitted */
+	/* relaxed: as in em_fault_ring_result */
 	if (!atomic_load_explicit(&fake_pending, memory_order_relaxed))
 		return 0;
 	pthread_mutex_lock(&fake_mu);
-	struct fake_cqe *c;
-	while ((c = unlink_first(ring, 0)) != NULL) {
+	struct fake_req *c;
+	while ((c = unlink_first(ring, 0, 1)) != NULL) {
 		free(c);
 		n++;
 	}

@@ -19,9 +19,9 @@
  *   err = -E        the error an I/O site injects (0: the site's default)
  *
  * How a failure shows (the caller cannot tell it from a real one):
- *   io_read, io_write, io_fsync, io_punch   the request is queued but never reaches
- *            the kernel; its completion, delivered by the reap after the next
- *            successful em_ring_submit, has res = err (default -EIO)
+ *   io_read, io_write, io_fsync, io_punch   the request is queued as a read of fd
+ *            -1 with the caller's user_data, so it is submitted and completed like
+ *            any other; its completion has res = err (default -EIO)
  *   io_submit   em_ring_submit returns err (default -EIO) and submits nothing;
  *            the queued requests stay queued, as after a real failed submit
  *   ring_init   em_ring_init returns err (default -ENOMEM)
@@ -31,7 +31,8 @@
  * Arming from the environment: $EMBER_FAULTS, read once when the library loads:
  *   EMBER_FAULTS="io_write:countdown=3;alloc:probability=0.001:seed=7:limit=5"
  * (sites separated by ';' or ',', settings by ':'; see docs/faults.md.)
- * $EMBER_FAULTS_VERBOSE=1 prints a line on stderr for every injected failure.
+ * $EMBER_FAULTS_VERBOSE=1 prints a line on stderr for every injected failure, =2
+ * also the call stack that hit it.
  *
  * Threads: em_fault_hit may be called from any thread. Arm and disarm while no
  * store thread hits the site (before ember_open or after ember_close), or accept
@@ -97,34 +98,35 @@ int em_fault_site_lookup(const char *name);
  */
 int em_fault_parse(const char *text);
 
-/* Set verbose reporting (a stderr line per injected failure). */
+/* Verbose reporting: 0 off, 1 a stderr line per injected failure, 2 with a backtrace. */
 void em_fault_set_verbose(int on);
 
 /*
- * Injected I/O completions (used by io/file.c only). A failed request never reaches
- * the kernel: it is recorded here against its ring (queued), becomes deliverable
- * when the ring's next submit succeeds, and is handed to the reaper in FIFO order.
- *   em_fault_ring_queue(ring, ud, res)   record one; 0 or -ENOMEM
- *   em_fault_ring_submitted(ring)        queued -> deliverable
- *   em_fault_ring_take(ring, &ud, &res)  1 and one deliverable removed, or 0
- *   em_fault_ring_forget(ring)           drop all of the ring's (ring exit); returns
- *                                        how many were dropped
+ * Injected I/O failures (used by io/file.c only). A request that must fail goes to
+ * the kernel as a read of fd -1 (which completes with EM_FAULT_RING_MARK = -EBADF)
+ * and is recorded here against its ring and user_data; when its completion comes
+ * back, the reaper swaps the mark for the injected error.
+ *   em_fault_ring_queue(ring, ud, err)    record one; 0 or -ENOMEM
+ *   em_fault_ring_result(ring, ud, res)   res of a completion: err (and the record
+ *                                         removed) if res is the mark and ring has
+ *                                         one recorded for ud, else res itself
+ *   em_fault_ring_forget(ring)            drop all of the ring's (ring exit);
+ *                                         returns how many were dropped
+ * A real request of the store never uses fd -1, so the mark cannot be confused.
  */
-int em_fault_ring_queue(const void *ring, uint64_t ud, int res);
-void em_fault_ring_submitted(const void *ring);
-int em_fault_ring_take(const void *ring, uint64_t *ud, int *res);
+#define EM_FAULT_RING_MARK (-9) /* -EBADF */
+int em_fault_ring_queue(const void *ring, uint64_t ud, int err);
+int em_fault_ring_result(const void *ring, uint64_t ud, int res);
 unsigned em_fault_ring_forget(const void *ring);
 
 #define EM_FAULT(site) em_fault_hit(site)
-#define EM_FAULT_RING_TAKE(ring, ud, res) em_fault_ring_take((ring), (ud), (res))
-#define EM_FAULT_RING_SUBMITTED(ring) em_fault_ring_submitted(ring)
+#define EM_FAULT_RING_RESULT(ring, ud, res) em_fault_ring_result((ring), (ud), (res))
 #define EM_FAULT_RING_FORGET(ring) ((void)em_fault_ring_forget(ring))
 
 #else /* compiled out: constants the optimiser removes */
 
 #define EM_FAULT(site) 0
-#define EM_FAULT_RING_TAKE(ring, ud, res) ((void)(ring), (void)(ud), (void)(res), 0)
-#define EM_FAULT_RING_SUBMITTED(ring) ((void)0)
+#define EM_FAULT_RING_RESULT(ring, ud, res) (res)
 #define EM_FAULT_RING_FORGET(ring) ((void)0)
 
 #endif

@@ -96,31 +96,43 @@ static struct io_uring_sqe *ring_sqe(struct em_ring *r)
 }
 
 /*
- * Fault injection (core/fault.h): a request that must fail never reaches the
- * kernel; it takes an in-flight slot like a real one and completes with res = err
- * at a reap after the next submit. Compiled out, EM_FAULT is 0 and this is unused.
+ * Fault injection (core/fault.h): a request that must fail is queued as a read of
+ * fd -1 with the same user_data, so it travels like any request (submitted by
+ * whatever submits the ring, completed in order with the others); the kernel fails
+ * it with -EBADF, which ring_drain_ready turns into err. Compiled out, EM_FAULT is
+ * 0 and this is unused.
  */
-static inline int ring_fault(struct em_ring *r, uint64_t user_data, int err)
+static inline int ring_fault(struct em_ring *r, uint64_t user_data, int err, int *rc)
 {
 #if defined(EMBER_FAULT_INJECTION) && EMBER_FAULT_INJECTION
-	if (r->inflight >= r->depth)
-		return -EBUSY;
-	int rc = em_fault_ring_queue(r, user_data, err);
-	if (rc < 0)
-		return rc;
-	r->inflight++;
-	return 0;
+	if (r->inflight >= r->depth) {
+		*rc = -EBUSY;
+		return 1;
+	}
+	if (em_fault_ring_queue(r, user_data, err) < 0)
+		return 0; /* cannot record it (no memory): no fault this time */
+	struct io_uring_sqe *sqe = ring_sqe(r);
+	if (!sqe) {
+		(void)em_fault_ring_result(r, user_data, EM_FAULT_RING_MARK); /* unrecord */
+		*rc = -EBUSY;
+		return 1;
+	}
+	io_uring_prep_read(sqe, -1, NULL, 0, 0);
+	io_uring_sqe_set_data64(sqe, user_data);
+	*rc = 0;
+	return 1;
 #else
 	(void)r;
 	(void)user_data;
-	return err;
+	*rc = err;
+	return 1;
 #endif
 }
 #define RING_FAULT(r, site, user_data)                                          \
 	do {                                                                        \
-		int fault_ = EM_FAULT(site);                                        \
-		if (fault_)                                                         \
-			return ring_fault((r), (user_data), fault_);                \
+		int fault_ = EM_FAULT(site), rc_;                                   \
+		if (fault_ && ring_fault((r), (user_data), fault_, &rc_))           \
+			return rc_;                                                 \
 	} while (0)
 
 int em_ring_read(struct em_ring *r, struct em_file *f, void *buf, uint32_t len, uint64_t off,
@@ -177,10 +189,8 @@ int em_ring_submit(struct em_ring *r)
 		return fault;
 	for (;;) {
 		int rc = io_uring_submit(&r->ring);
-		if (rc >= 0) {
-			EM_FAULT_RING_SUBMITTED(r); /* injected failures may now complete */
+		if (rc >= 0)
 			return 0;
-		}
 		if (rc != -EINTR && rc != -EAGAIN)
 			return rc;
 	}
@@ -193,19 +203,12 @@ static int ring_drain_ready(struct em_ring *r, em_ring_cb cb, void *ctx)
 	io_uring_for_each_cqe(&r->ring, head, cqe)
 	{
 		uint64_t ud = io_uring_cqe_get_data64(cqe);
-		int res = cqe->res;
+		int res = EM_FAULT_RING_RESULT(r, ud, cqe->res); /* fault injection */
 		n++;
 		r->inflight--;
 		cb(ctx, ud, res);
 	}
 	io_uring_cq_advance(&r->ring, n);
-	uint64_t fud;
-	int fres;
-	while (EM_FAULT_RING_TAKE(r, &fud, &fres)) { /* fault injection: injected failures */
-		n++;
-		r->inflight--;
-		cb(ctx, fud, fres);
-	}
 	return (int)n;
 }
 

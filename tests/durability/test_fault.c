@@ -8,7 +8,10 @@
  * How it works
  *  1. A child process runs the workload once with SITE counting hits only: N hits.
  *  2. For a set of points k in 1..N (all of the first ones, then spread out, plus a
- *     few runs where every hit from k on fails, and a few with a probability), a
+ *     few runs where every hit from k on fails, the hits 1..24 counted from the
+ *     first forced compaction, runs where every hit from that compaction on, or
+ *     from the last writes before close on, fails,
+ *     and a few with a probability), a
  *     fresh child arms SITE and runs the workload: open, puts, put_batch, gets,
  *     get_batch, rmw, deletes, forced compactions with small disk budgets, a
  *     checkpoint (once ember_checkpoint links), a final read of every key, close.
@@ -23,7 +26,9 @@
  *  5. The parent sees each child's end: a signal (a crash, an ASan report with
  *     abort_on_error, or SIGALRM: the child hung past its alarm) or a nonzero exit
  *     (a CHECK, or LeakSanitizer at exit) fails the test at that point, naming the
- *     point so it can be replayed: EMBER_TEST_SEED=S test_fault SITE k.
+ *     point so it can be replayed: EMBER_TEST_SEED=S test_fault SITE k [MODE]
+ *     (MODE: persistent, probability, compaction, compaction-persistent,
+ *     close-persistent).
  *
  * Values are self-describing: key id, version and a length derived from both, then
  * bytes derived from (seed, key, version), so a wrong, stale or torn value is
@@ -58,6 +63,10 @@ struct key_model {
 
 static struct key_model model[NKEYS];
 static char dir[4096];
+/* MODE_COMPACT*: the site is armed as the first forced compaction starts;
+ * MODE_CLOSE_ALL: as the last writes before close start */
+static int defer_site = -1, defer_close;
+static struct em_fault_spec defer_spec;
 
 struct shared {
 	uint64_t hits, fired;
@@ -273,6 +282,19 @@ static void do_put_batch(ember_session *s, uint32_t from, uint32_t n)
 	}
 }
 
+/* Compaction must not lose or roll back a key: read every key after each pass. */
+static void compact_and_check(ember_db *db, ember_session *s)
+{
+	if (defer_site >= 0 && !defer_close) {
+		CHECK_OK(em_fault_arm(defer_site, &defer_spec));
+		defer_site = -1;
+	}
+	int rc = ember_compact(db, 1);
+	CHECK(rc >= 0 || clean_error(rc), "compact: %d (%s)", rc, ember_strerror(rc));
+	for (uint32_t k = 0; k < NKEYS; k += 64)
+		do_get_batch(s, k, k + 64 <= NKEYS ? 64 : NKEYS - k);
+}
+
 static void options(ember_options *o, uint32_t flags)
 {
 	ember_options_default(o);
@@ -326,8 +348,7 @@ static void workload(tu_rng *rng)
 				do_get(s, k);
 		}
 		shm->phase = 5;
-		rc = ember_compact(db, 1);
-		CHECK(rc >= 0 || clean_error(rc), "compact: %d (%s)", rc, ember_strerror(rc));
+		compact_and_check(db, s);
 		if (ember_checkpoint) {
 			uint64_t id = 0;
 			rc = ember_checkpoint(db, &id);
@@ -339,15 +360,19 @@ static void workload(tu_rng *rng)
 				do_put(s, k);
 		for (uint32_t k = 0; k < NKEYS; k += 64)
 			do_get_batch(s, k, 64);
-		rc = ember_compact(db, 1);
-		CHECK(rc >= 0 || clean_error(rc), "compact: %d (%s)", rc, ember_strerror(rc));
+		compact_and_check(db, s);
 		/* one more round of overwrites and compaction: more space to release */
 		for (uint32_t k = 0; k < NKEYS; k++)
 			do_put(s, (k * 7) % NKEYS);
-		rc = ember_compact(db, 1);
-		CHECK(rc >= 0 || clean_error(rc), "compact: %d (%s)", rc, ember_strerror(rc));
+		compact_and_check(db, s);
 		for (int i = 0; i < NKEYS / 2; i++)
 			do_rmw(s, (uint32_t)tu_rng_below(rng, NKEYS));
+		if (defer_site >= 0 && defer_close) {
+			CHECK_OK(em_fault_arm(defer_site, &defer_spec));
+			defer_site = -1;
+		}
+		for (uint32_t k = 0; k < NKEYS; k += 3)
+			do_put(s, k);
 		/* afterwards: every key reads back as the model allows, or an error */
 		shm->phase = 7;
 		for (uint32_t k = 0; k < NKEYS; k++)
@@ -416,7 +441,8 @@ static void reopen_check(void)
 
 /* ---- the parent: one child per injection point ------------------------------------------ */
 
-enum { MODE_COUNT, MODE_ONCE, MODE_PERSIST, MODE_PROB };
+enum { MODE_COUNT, MODE_ONCE, MODE_PERSIST, MODE_PROB, MODE_COMPACT, MODE_COMPACT_ALL,
+       MODE_CLOSE_ALL };
 
 static void child(int site, int mode, uint64_t point, unsigned alarm_s)
 {
@@ -438,9 +464,16 @@ static void child(int site, int mode, uint64_t point, unsigned alarm_s)
 			sp.seed = tu_seed() + point;
 		} else {
 			sp.countdown = point;
-			sp.persistent = mode == MODE_PERSIST;
+			sp.persistent = mode == MODE_PERSIST || mode == MODE_COMPACT_ALL ||
+					mode == MODE_CLOSE_ALL;
 		}
-		CHECK_OK(em_fault_arm(site, &sp));
+		if (mode == MODE_COMPACT || mode == MODE_COMPACT_ALL || mode == MODE_CLOSE_ALL) {
+			defer_site = site; /* counted from the first ember_compact on */
+			defer_close = mode == MODE_CLOSE_ALL; /* or from the last writes */
+			defer_spec = sp;
+		} else {
+			CHECK_OK(em_fault_arm(site, &sp));
+		}
 	}
 	workload(&rng);
 	shm->hits = em_fault_hits(site);
@@ -451,7 +484,17 @@ static void child(int site, int mode, uint64_t point, unsigned alarm_s)
 
 static const char *mode_name(int mode)
 {
-	static const char *const n[] = {"count", "once", "persistent", "probability 1/"};
+	static const char *const n[] = {"count", "once", "persistent", "probability 1/",
+					"compaction", "compaction, persistent, ",
+					"last writes, persistent, "};
+	return n[mode];
+}
+
+/* The replay argument of a mode (test_fault SITE POINT [MODE]). */
+static const char *mode_arg(int mode)
+{
+	static const char *const n[] = {"", "", " persistent", " probability", " compaction",
+					" compaction-persistent", " close-persistent"};
 	return n[mode];
 }
 
@@ -474,14 +517,14 @@ static void run_point(int site, int mode, uint64_t point, unsigned alarm_s)
 		      name, mode_name(mode), (unsigned long long)point,
 		      sig == SIGALRM ? "hung" : "crashed", sig, shm->phase,
 		      (unsigned long long)tu_seed(), name, (unsigned long long)point,
-		      mode == MODE_PERSIST ? " persistent" : mode == MODE_PROB ? " probability" : "");
+		      mode_arg(mode));
 	}
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 	      "%s %s%llu: the child exited %d in phase %d (a failed check above, or a leak); "
 	      "replay with EMBER_TEST_SEED=%llu test_fault %s %llu%s",
 	      name, mode_name(mode), (unsigned long long)point, WEXITSTATUS(status), shm->phase,
 	      (unsigned long long)tu_seed(), name, (unsigned long long)point,
-	      mode == MODE_PERSIST ? " persistent" : mode == MODE_PROB ? " probability" : "");
+	      mode_arg(mode));
 }
 
 int main(int argc, char **argv)
@@ -498,8 +541,13 @@ int main(int argc, char **argv)
 	unsigned alarm_s = tu_scale() < 1 ? 40 : 20;
 
 	if (argc >= 3) { /* replay one point */
-		int mode = argc >= 4 ? (strcmp(argv[3], "persistent") == 0 ? MODE_PERSIST : MODE_PROB)
-				     : MODE_ONCE;
+		int mode = MODE_ONCE;
+		if (argc >= 4)
+			mode = strcmp(argv[3], "persistent") == 0   ? MODE_PERSIST
+			       : strcmp(argv[3], "compaction") == 0 ? MODE_COMPACT
+			       : strcmp(argv[3], "compaction-persistent") == 0 ? MODE_COMPACT_ALL
+			       : strcmp(argv[3], "close-persistent") == 0 ? MODE_CLOSE_ALL
+								    : MODE_PROB;
 		run_point(site, mode, strtoull(argv[2], NULL, 10), alarm_s);
 		printf("test_fault %s: point %s ok (fired %llu)\n", argv[1], argv[2],
 		       (unsigned long long)shm->fired);
@@ -517,11 +565,34 @@ int main(int argc, char **argv)
 		return TU_SKIP;
 	}
 
-	/* the points: all of the first ones, then spread over the rest */
-	uint64_t budget = tu_scaled(100), dense = budget / 2;
-	uint64_t runs = 0, fired = 0;
-	double t0 = tu_now(), limit_s = 150 * (tu_scale() < 1 ? 1.5 : 1.0);
+	/* Targeted runs first (they find the most), then the spread-out points, all
+	 * within a time budget: a point may take seconds (a writer waiting out a log
+	 * whose flushes fail). */
+	uint64_t runs = 0, fired = 0, slow = 0;
+	double t0 = tu_now(), limit_s = tu_scale() < 1 ? 60 : 18;
 	tu_rng *rng = tu_rng_global();
+#define RUN(mode, point)                                                             \
+	do {                                                                        \
+		double t1_ = tu_now();                                              \
+		run_point(site, (mode), (point), alarm_s);                          \
+		if (tu_now() - t1_ > 2 && slow++ < 5)                               \
+			printf("test_fault %s: %s%llu took %.1f s\n", argv[1],       \
+			       mode_name(mode), (unsigned long long)(point),        \
+			       tu_now() - t1_);                                     \
+		runs++;                                                             \
+		fired += shm->fired;                                                \
+	} while (0)
+	/* the first hits inside a forced compaction: its scans, liveness lookups and
+	 * cold inserts (other runs reach them only by chance); not scaled, so every
+	 * build runs the same points */
+	for (uint64_t k = 1; k <= 24 && tu_now() - t0 < limit_s; k++)
+		RUN(MODE_COMPACT, k);
+	/* everything fails from the first forced compaction on, or from the last
+	 * writes before close on: every later call must be an error, and close work */
+	RUN(MODE_COMPACT_ALL, 1);
+	RUN(MODE_CLOSE_ALL, 1);
+	/* the points: all of the first ones, then spread over the rest */
+	uint64_t budget = tu_scaled(80), dense = budget / 2;
 	for (uint64_t i = 0; i < budget && tu_now() - t0 < limit_s; i++) {
 		uint64_t point;
 		if (i < dense || n <= budget) {
@@ -532,23 +603,15 @@ int main(int argc, char **argv)
 		}
 		if (point > n)
 			break;
-		run_point(site, MODE_ONCE, point, alarm_s);
-		runs++;
-		fired += shm->fired;
+		RUN(MODE_ONCE, point);
 	}
 	/* every hit from k on fails: the store must degrade to errors, and close */
-	uint64_t persist = tu_scaled(8);
-	for (uint64_t i = 0; i < persist && tu_now() - t0 < limit_s; i++) {
-		run_point(site, MODE_PERSIST, 1 + tu_rng_below(rng, n), alarm_s);
-		runs++;
-		fired += shm->fired;
-	}
+	for (uint64_t i = 0; i < tu_scaled(8) && tu_now() - t0 < limit_s; i++)
+		RUN(MODE_PERSIST, 1 + tu_rng_below(rng, n));
 	/* scattered failures */
-	for (uint64_t i = 0; i < tu_scaled(4) && tu_now() - t0 < limit_s; i++) {
-		run_point(site, MODE_PROB, 2 + tu_rng_below(rng, n < 50 ? n : 50), alarm_s);
-		runs++;
-		fired += shm->fired;
-	}
+	for (uint64_t i = 0; i < tu_scaled(4) && tu_now() - t0 < limit_s; i++)
+		RUN(MODE_PROB, 2 + tu_rng_below(rng, n < 50 ? n : 50));
+#undef RUN
 	CHECK(fired > 0, "no fault fired in %llu runs", (unsigned long long)runs);
 	printf("test_fault %s: %llu runs, %llu faults injected, %.1f s; all surfaced as errors\n",
 	       argv[1], (unsigned long long)runs, (unsigned long long)fired, tu_now() - t0);

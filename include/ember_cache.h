@@ -118,9 +118,11 @@ typedef struct ember_cache_options {
 	 * batches' memory. Default 100. */
 	uint32_t window;
 	/* How many batches ahead of the oldest unreleased one the prefetcher plans
-	 * and fetches. Planning later means knowing more of the future (the oracle
-	 * plans batch b when b is within prefetch_batches of the trainer, seeing
-	 * the batches pushed up to then); planning earlier means more time to fetch.
+	 * and fetches at most. Planning later means knowing more of the future (the
+	 * oracle plans batch b when b is within prefetch_batches of the trainer,
+	 * seeing the batches pushed up to then); planning earlier means more time to
+	 * fetch. The prefetcher also stops planning ahead while the distinct rows of
+	 * the planned, unreleased batches would fill more than half the capacity.
 	 * 1 .. window. Default: window / 4, at least 1, at most 8. */
 	uint32_t prefetch_batches;
 	/* Prefetch parallelism: keys per ember_get_batch / ember_put_batch call
@@ -221,10 +223,11 @@ typedef struct ember_cache_stats {
 int ember_cache_open(ember_db *db, const ember_cache_options *opts, ember_cache **cache);
 
 /*
- * Write every dirty row back (as ember_cache_flush), stop the prefetcher and free
- * everything. Batches pushed and not released are dropped (their updates, if
- * acquired and not released, are lost). Returns 0, or the first error of the final
- * write-back or of the prefetcher (the cache is freed either way). Accepts NULL.
+ * Stop the prefetcher, write every dirty row back (as ember_cache_flush) and free
+ * everything. Batches pushed and not released are dropped; updates made to a batch
+ * acquired and not released may or may not reach the store (release it first).
+ * Returns 0, or the first error of the final write-back or of the prefetcher (the
+ * cache is freed either way). Accepts NULL.
  */
 int ember_cache_close(ember_cache *cache);
 

@@ -11,7 +11,7 @@
  *     --plan-batch-size B (16384) --plan-batches N (12) --plan-scale F (1.0: the real
  *     Criteo table sizes)
  *   sim: rows fetched by the oracle, LRU, LFU and MIN at capacities 1%, 5%, 20%
- *     --sim-batch-size B (1024) --sim-batches N (400) --sim-scale F (0.01) --window W (100)
+ *     --sim-batch-size B (1024) --sim-batches N (400) --sim-scale F (0.02) --window W (100)
  *   train: a trainer over the real store and cache; the store holds every row and
  *   its data are larger than its memory budget; the tables are several times larger
  *   than the cache
@@ -640,7 +640,7 @@ int main(int argc, char **argv)
 {
 	struct cfg c = {.parts = "plan,sim,train", .seed = 1, .skew = 1.05, .plan_bs = 16384,
 			.plan_nb = 12, .plan_scale = 1.0, .sim_bs = 1024, .sim_nb = 400,
-			.window = 100, .sim_scale = 0.01, .bs = 512, .nb = 100, .dim = 16,
+			.window = 100, .sim_scale = 0.02, .bs = 512, .nb = 100, .dim = 16,
 			.scale = 0.01, .cap_frac = 0.05, .compute = "0,10000,30000", .mem_mb = 8};
 	for (int i = 1; i + 1 < argc || (i < argc && (fprintf(stderr, "missing value\n"), 0));
 	     i += 2) {

@@ -640,6 +640,156 @@ int ember_graph_sampler_gather(ember_graph_sampler *s, float *staging, size_t ca
 
 /* ==== end of import, buffer, examples, sampling ================================ */
 
+/* ==== samples to a device (ember_gpu) ========================================== */
+
+/*
+ * Sending a sample to a device
+ * ----------------------------
+ * A sampled batch goes to the GPU (or ember_gpu's host backend) through ember_gpu's
+ * staging pipeline (include/ember_gpu.h, docs/gpu.md; docs/graph.md section
+ * "Samples to a device"): the sample's node rows are gathered from the buffer's
+ * partitions straight into pinned staging buffers, together with its ids, hop
+ * offsets and edges, and each filled staging buffer is copied host -> device on
+ * the caller's stream; an event recorded after the last copy is what the consumer
+ * waits on (ember_gpu_stream_wait_event), never the host.
+ *
+ * The device image of one sample is one block of device memory the CALLER owns
+ * (ember_gpu_mem_alloc on the same context), at least
+ * ember_graph_sample_device_bytes() long; the library never allocates or frees it.
+ * Sections, each starting at a multiple of 64 bytes from the block's start:
+ *
+ *   section        elements                       type
+ *   rows           num_nodes x dim                float (local id order)
+ *   nodes          num_nodes                      uint64_t new ids
+ *   hop_offsets    layers + 2                     uint64_t
+ *   edge_offsets   layers + 1                     uint64_t
+ *   edge_dst       num_edges                      uint32_t local ids
+ *   edge_src       num_edges                      uint32_t local ids
+ *
+ * Objects and threads
+ * -------------------
+ *   ember_graph_device  a ring of pinned staging buffers (an ember_gpu_staging it
+ *                       owns) on one ember_gpu context. Any number of threads may
+ *                       send through one at once, each on its own stream or on a
+ *                       shared one. A send holds at most one staging buffer at a
+ *                       time and releases it against the copy's stream, so a ring
+ *                       of any size serves any number of threads without deadlock;
+ *                       with fewer buffers than copies in flight, sends wait (on
+ *                       the host, inside the call) for an older copy to finish.
+ *                       Close it after every send returned, before ember_gpu_close.
+ * A send reads the buffer's current state like ember_graph_sampler_gather: it may
+ * run while samplers and other sends run on the buffer, never during
+ * ember_graph_buffer_next_state() or _update(). ember_graph_device_update is a buffer
+ * update: the trainer thread's, never while samplers or sends run on the buffer.
+ */
+typedef struct ember_gpu ember_gpu;               /* include/ember_gpu.h */
+typedef struct ember_gpu_stream ember_gpu_stream;
+typedef struct ember_gpu_event ember_gpu_event;
+typedef struct ember_graph_device ember_graph_device;
+
+typedef struct ember_graph_device_options {
+	/* Bytes per pinned staging buffer, >= 1; a sample larger than one buffer is
+	 * sent in several copies. Default 4 MiB. */
+	size_t staging_bytes;
+	/* Staging buffers in the ring, 1 .. 1024. Default 4. */
+	uint32_t staging_buffers;
+	/* Must be 0. */
+	uint32_t reserved;
+} ember_graph_device_options;
+
+void ember_graph_device_options_default(ember_graph_device_options *opts);
+
+/*
+ * Open a sender on gpu (opts may be NULL: defaults). EMBER_EINVAL for NULL gpu or
+ * out, or options out of range; EMBER_ENOMEM. On failure *out is NULL.
+ */
+int ember_graph_device_open(ember_gpu *gpu, const ember_graph_device_options *opts,
+			    ember_graph_device **out);
+
+/*
+ * Wait for the copies still reading its staging buffers, then free the sender.
+ * Must not race with a send or ember_graph_device_update on it. Accepts NULL.
+ */
+int ember_graph_device_close(ember_graph_device *d);
+
+/* Where one sample landed: device pointers into the caller's block (sections as
+ * in the table above; a pointer of an empty section is still inside the block). */
+typedef struct ember_graph_device_sample {
+	float *rows;
+	uint64_t *nodes;
+	uint64_t *hop_offsets;
+	uint64_t *edge_offsets;
+	uint32_t *edge_dst;
+	uint32_t *edge_src;
+	uint64_t num_nodes;
+	uint64_t num_edges;
+	uint32_t layers;
+	uint32_t dim;
+	size_t bytes;          /* bytes of the block the image uses */
+} ember_graph_device_sample;
+
+/*
+ * *bytes = the size of sample's device image with rows of dim floats. EMBER_EINVAL
+ * for NULL pointers, dim 0 or above EMBER_GRAPH_MAX_DIM, layers 0 or above
+ * EMBER_GRAPH_MAX_LAYERS; EMBER_ERANGE when the size does not fit size_t.
+ */
+int ember_graph_sample_device_bytes(const ember_graph_sample *sample, uint32_t dim,
+				    size_t *bytes);
+
+/*
+ * Send `sample` (as ember_graph_sampler_run returned it, or any sample of the same
+ * shape whose nodes are in b's current state) to the device block dst (dst_bytes
+ * long), with its rows taken from b's current state. The copies go on `stream`
+ * (typically an H2D stream: ember_gpu_stream_get(gpu, EMBER_GPU_STREAM_H2D, i) or a
+ * stream of the caller's) and `ready` is recorded on it after the last one; *out
+ * (may be NULL) receives the device pointers. The call returns once the copies are
+ * enqueued: the consumer makes its stream wait on `ready` before reading the block.
+ * The sample's arrays may be reused as soon as the call returns (they were copied
+ * into staging memory).
+ *
+ * Reusing a block: the copies into dst are ordered only after the work already on
+ * `stream`. If a consumer may still read dst from an earlier send, make `stream`
+ * wait on the consumer's event first (ember_gpu_stream_wait_event), or keep two
+ * blocks and alternate.
+ *
+ * Returns 0; EMBER_EINVAL for NULL pointers, a malformed sample (offsets not
+ * ascending from 0 to num_nodes / the edge count, a local id >= num_nodes), a node
+ * id past the graph, or a stream, event or dst of another context (this last one
+ * may be found after some copies were enqueued); EMBER_ERANGE if dst_bytes is
+ * smaller than the image (ember_graph_sample_device_bytes); EMBER_ESTATE if b has
+ * no current state or a node is not resident in it (the buffer moved on since the
+ * sample was taken); EMBER_EIO from the device. Nothing is enqueued for the errors
+ * found before the first copy (all but those named above). After an error the
+ * block's contents are unspecified and `ready` may not have been recorded; the
+ * sender stays usable (every staging buffer it took is released).
+ */
+int ember_graph_device_send(ember_graph_device *d, ember_graph_buffer *b,
+			    const ember_graph_sample *sample, ember_gpu_stream *stream,
+			    void *dst, size_t dst_bytes, ember_gpu_event *ready,
+			    ember_graph_device_sample *out);
+
+/*
+ * The way back: n rows of dim floats (n x dim, packed) in device memory `rows`
+ * are copied device -> host through the sender's staging buffers on `stream`
+ * (typically a D2H stream) and written into the nodes given (new ids in b's current
+ * state) with ember_graph_buffer_update(mode): scatter-add or overwrite, marking
+ * their partitions dirty. Rows are applied in order, so SET keeps the last of
+ * repeated nodes and ADD sums them, as for ember_graph_buffer_update. The copies
+ * wait only for what is already on `stream`: if a kernel on another stream wrote
+ * `rows`, make `stream` wait on its event first. Blocking: returns once every row
+ * has been applied. Copies are as large as the staging buffers allow (whole rows);
+ * EMBER_ERANGE if one row (dim x 4 bytes) is larger than a staging buffer.
+ * EMBER_EINVAL, with nothing written, for NULL pointers, a bad mode, or a node that
+ * is not in the current state (as ember_graph_buffer_update); EMBER_ESTATE without
+ * a current state. A device error (EMBER_EIO) after some rows were applied leaves
+ * those rows applied.
+ */
+int ember_graph_device_update(ember_graph_device *d, ember_graph_buffer *b,
+			      ember_gpu_stream *stream, size_t n, const uint64_t *nodes,
+			      const float *rows, int mode);
+
+/* ==== end of samples to a device =============================================== */
+
 #ifdef __cplusplus
 }
 #endif

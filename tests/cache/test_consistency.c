@@ -13,7 +13,9 @@
  *   - flushes in the middle: the store then holds every released update;
  *   - the cache is closed and reopened halfway (close writes everything back);
  *   - acquire and try_acquire alternate (try_acquire spinning on EMBER_EAGAIN);
- *   - at the end, every row in the store equals its count (fp32 and fp16 tables).
+ *   - at the end, every row in the store equals its count (fp32 and fp16 tables);
+ *   - meanwhile another thread reads the statistics (any thread may), and its
+ *     counters never go backwards.
  * The prefetcher thread runs beside the trainer (the main thread): run under TSan
  * too (EMBER_TEST_SCALE shrinks the batch count).
  */
@@ -23,6 +25,8 @@
 #include "test_util.h"
 #include "trace.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <time.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +41,28 @@ static const uint32_t STORAGE[NT] = {EMBER_CACHE_STORE_FP32, EMBER_CACHE_STORE_F
 #define WINDOW 16
 
 static uint32_t *ref[NT]; /* updates per row so far */
+
+/* The statistics reader: runs while the first cache is open. */
+static atomic_int stats_stop; /* tells the reader to finish (it reads nothing else) */
+static uint64_t stats_reads;
+
+static void *stats_main(void *arg)
+{
+	ember_cache *c = arg;
+	ember_cache_stats last = {0}, now;
+	while (!atomic_load(&stats_stop)) {
+		CHECK_OK(ember_cache_stats_get(c, &now));
+		CHECK(now.rows_fetched >= last.rows_fetched && now.batches_pushed >= last.batches_pushed &&
+			      now.rows_written_back >= last.rows_written_back &&
+			      now.resident <= now.capacity,
+		      "statistics went backwards");
+		last = now;
+		stats_reads++;
+		struct timespec ts = {0, 100000};
+		nanosleep(&ts, NULL);
+	}
+	return NULL;
+}
 
 static void open_store(const char *dir, ember_db **db)
 {
@@ -143,6 +169,8 @@ int main(int argc, char **argv)
 	uint32_t *slot_stamp = calloc(CAPACITY, sizeof(uint32_t));
 	CHECK(slot_stamp, "calloc");
 	open_cache(db, &c, 32);
+	pthread_t stats_thread;
+	CHECK(pthread_create(&stats_thread, NULL, stats_main, c) == 0, "pthread_create");
 
 	uint64_t ids[NT][BATCH];
 	ember_cache_part parts[NT];
@@ -226,6 +254,9 @@ int main(int argc, char **argv)
 			CHECK(st.rows_evicted > 0 && st.rows_written_back > 0,
 			      "evicted %llu written back %llu", (unsigned long long)st.rows_evicted,
 			      (unsigned long long)st.rows_written_back);
+			atomic_store(&stats_stop, 1);
+			CHECK(pthread_join(stats_thread, NULL) == 0, "pthread_join");
+			CHECK(stats_reads > 0, "the statistics reader never ran");
 			CHECK_OK(ember_cache_close(c));
 			c = NULL;
 			open_cache(db, &c, 7);

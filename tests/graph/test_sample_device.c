@@ -56,8 +56,10 @@ static size_t build_image(const ember_graph_sample *sm, const float *rows, uint3
 	size_t total = off[5] + ne * 4;
 	CHECK(total <= cap, "image %zu > %zu", total, cap);
 	memset(img, 0, total);
-	memcpy(img + off[0], rows, n * dim * 4);
-	memcpy(img + off[1], sm->nodes, n * 8);
+	if (n) { /* an empty sample's arrays may be NULL */
+		memcpy(img + off[0], rows, n * dim * 4);
+		memcpy(img + off[1], sm->nodes, n * 8);
+	}
 	for (uint32_t h = 0; h < sm->layers + 2; h++) {
 		uint64_t v = sm->hop_offsets[h];
 		memcpy(img + off[2] + h * 8, &v, 8);
@@ -66,8 +68,10 @@ static size_t build_image(const ember_graph_sample *sm, const float *rows, uint3
 		uint64_t v = sm->edge_offsets[l];
 		memcpy(img + off[3] + l * 8, &v, 8);
 	}
-	memcpy(img + off[4], sm->edge_dst, ne * 4);
-	memcpy(img + off[5], sm->edge_src, ne * 4);
+	if (ne) {
+		memcpy(img + off[4], sm->edge_dst, ne * 4);
+		memcpy(img + off[5], sm->edge_src, ne * 4);
+	}
 	return total;
 }
 
@@ -185,8 +189,10 @@ static void *worker_main(void *arg)
 		      "device sample header");
 		/* the sample's arrays may be reused once send returned: sample again
 		 * before the consumer copies (the image must not change) */
-		if (tu_rng_chance(&r, 1, 2))
+		if (tu_rng_chance(&r, 1, 2)) {
+			roots[0] = random_resident(&r);
 			CHECK_OK(ember_graph_sampler_run(s, 1, roots, &sm));
+		}
 		/* the consumer: waits on the event, never the host */
 		CHECK_OK(ember_gpu_stream_wait_event(cons, x->ready));
 		CHECK_OK(ember_gpu_copy_d2h(cons, x->back, x->dev, x->bytes));

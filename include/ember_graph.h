@@ -754,14 +754,16 @@ int ember_graph_sample_device_bytes(const ember_graph_sample *sample, uint32_t d
  *
  * Returns 0; EMBER_EINVAL for NULL pointers, a malformed sample (offsets not
  * ascending from 0 to num_nodes / the edge count, a local id >= num_nodes), a node
- * id past the graph, or a stream, event or dst of another context (this last one
- * may be found after some copies were enqueued); EMBER_ERANGE if dst_bytes is
- * smaller than the image (ember_graph_sample_device_bytes); EMBER_ESTATE if b has
- * no current state or a node is not resident in it (the buffer moved on since the
- * sample was taken); EMBER_EIO from the device. Nothing is enqueued for the errors
- * found before the first copy (all but those named above). After an error the
- * block's contents are unspecified and `ready` may not have been recorded; the
- * sender stays usable (every staging buffer it took is released).
+ * id past the graph, or a stream or event of another context than d's;
+ * EMBER_ERANGE if dst_bytes is smaller than the image
+ * (ember_graph_sample_device_bytes); EMBER_ESTATE if b has no current state or a
+ * node is not resident in it (the buffer moved on since the sample was taken);
+ * EMBER_EIO from the device. All of these but two are found before anything is
+ * enqueued; an event of another context is found at the last copy and a device
+ * error at any copy, so earlier copies may have been enqueued. dst is not checked:
+ * it must be device memory of d's context. After an error the block's contents are
+ * unspecified and `ready` may not have been recorded; the sender stays usable
+ * (every staging buffer it took is released).
  */
 int ember_graph_device_send(ember_graph_device *d, ember_graph_buffer *b,
 			    const ember_graph_sample *sample, ember_gpu_stream *stream,

@@ -64,6 +64,7 @@ extern "C" {
 #define EMBER_CACHE_MAX_TABLES 65535u           /* tables per cache */
 #define EMBER_CACHE_MAX_ROWS (1ull << 48)       /* rows per table */
 #define EMBER_CACHE_MAX_DIM 65536u              /* elements per row */
+#define EMBER_CACHE_MAX_CAPACITY 0xfffffffdull   /* slots (2^32 - 3) */
 
 /* ember_cache_table.storage: how a row's elements are kept in the store. Slots
  * always hold fp32. */
@@ -217,7 +218,8 @@ typedef struct ember_cache_stats {
  * Open a cache over db. On success *cache is set and the prefetcher thread runs;
  * on failure *cache is left NULL. EMBER_EINVAL: NULL arguments, no tables, a table
  * with rows or dim of 0 or out of range, an unknown storage/init/slots value,
- * prefetch_batches > window, capacity > 2^32 - 2, or slots = GPU (not built yet).
+ * prefetch_batches > window, capacity > EMBER_CACHE_MAX_CAPACITY, or slots = GPU
+ * (not built yet).
  * EMBER_ENOMEM: out of memory. Errors of ember_session_open pass through.
  */
 int ember_cache_open(ember_db *db, const ember_cache_options *opts, ember_cache **cache);
@@ -237,6 +239,7 @@ int ember_cache_close(ember_cache *cache);
  * EMBER_EINVAL: NULL cache or batch, parts NULL with nparts > 0, rows NULL with
  *   n > 0, an unknown table, or a row id >= the table's rows. Nothing is pushed.
  * EMBER_ETOOBIG: the batch names more distinct rows than the capacity.
+ * EMBER_ENOSPC: 2^32 - 3 batches were pushed in the cache's life (reopen it).
  * EMBER_ENOMEM, and EMBER_ESTATE after a prefetcher failure (see acquire).
  */
 int ember_cache_push(ember_cache *cache, const ember_cache_batch *batch);

@@ -498,7 +498,7 @@ static int check_options(const ember_cache_options *o, uint64_t *total_rows, uin
 			*max_dim = tb->dim;
 	}
 	if (o->init > EMBER_CACHE_INIT_UNIFORM || o->slots > EMBER_CACHE_SLOTS_GPU ||
-	    !isfinite(o->init_scale) || o->init_scale < 0 || o->capacity > ORACLE_MAX_BATCHES ||
+	    !isfinite(o->init_scale) || o->init_scale < 0 || o->capacity > EMBER_CACHE_MAX_CAPACITY ||
 	    (o->window && o->prefetch_batches > o->window) ||
 	    (!o->window && o->prefetch_batches > 100))
 		return EMBER_EINVAL;
@@ -540,7 +540,7 @@ int ember_cache_open(ember_db *db, const ember_cache_options *opts, ember_cache 
 	}
 	if (c->capacity > total_rows)
 		c->capacity = total_rows;
-	if (c->capacity > ORACLE_MAX_BATCHES) {
+	if (c->capacity > EMBER_CACHE_MAX_CAPACITY) {
 		rc = EMBER_EINVAL;
 		goto undo_cache;
 	}
@@ -871,6 +871,7 @@ int ember_cache_stats_get(ember_cache *c, ember_cache_stats *out)
 {
 	if (!c || !out)
 		return EMBER_EINVAL;
+/* independent counters: relaxed loads (a snapshot may mix slightly different moments) */
 #define LD(x) atomic_load_explicit(&c->x, memory_order_relaxed)
 	out->batches_pushed = LD(st_pushed);
 	out->batches_planned = LD(st_planned);

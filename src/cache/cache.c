@@ -424,8 +424,8 @@ static void *prefetcher_main(void *arg)
 	idle:
 		/* nothing to do until a push, a release, a flush or stop (re-check what
 		 * changed while the lock was dropped) */
-		if (c->pushed != pushed || c->released != released)
-			continue;
+		if (c->pushed != pushed || c->released != released || c->stop || c->flush_req)
+			continue; /* their signals came while the lock was dropped */
 		uint64_t t0 = now_ns();
 		pthread_cond_wait(&c->pf_cv, &c->mu);
 		stat_add(&c->st_idle_ns, now_ns() - t0);

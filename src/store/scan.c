@@ -54,29 +54,34 @@
  *     update, the newer one; one created or deleted meanwhile may be absent.
  *  7. Liveness is decided for a group of up to GROUP candidates at once: memory
  *     steps for all of them under one protection (index, chains above head,
- *     chunks in memory), then one lookups_run for every candidate whose chain goes
- *     on on disk, all reads in flight together, and again until all are decided.
+ *     chunks in memory), then one round of reads for every candidate whose chain
+ *     goes on on disk, all in flight together (note 10), and again until all are
+ *     decided.
  *     A chain that reaches the disk exactly at the candidate decides it without a
  *     read: the scan has just read that record.
  *  8. The caller's fn runs once a group is decided, unprotected, with no read in
  *     flight, on copies of keys and values the walk owns (the window and the ring
  *     may move on).
- * 12. (numbered last, it came last) Before the cold walk, the entries of every chunk
- *     whose current copy is on disk are copied with one sequential pass over the
- *     chunk log (chunk_snapshot; at most SNAP_MAX bytes), valid for the whole walk
+ *  9. Before the cold walk, the entries of every chunk whose current copy is on
+ *     disk are copied with one sequential pass over the chunk log (chunk_snapshot; at most SNAP_MAX bytes), valid for the whole walk
  *     by note 5: a cold candidate then costs no chunk read, and with note 7 usually
  *     no read at all.
+ * 10. A chain that goes on on disk above the candidate is followed one record per
+ *     round (hops_run): the records every waiting candidate needs next are read
+ *     together, each address once, in address order; a hop that lands on the
+ *     candidate's own address decides it without reading it again. Only a cold
+ *     candidate whose chunk was not copied (note 9) uses lookups_run.
  *
  * ember_verify
- *  9. Compaction keeps running. A check that fails at an address now below its
+ * 11. Compaction keeps running. A check that fails at an address now below its
  *     log's begin is no corruption: compaction released that space while the walk
  *     read it. The walk goes on at the new begin (a record boundary).
- * 10. After a real failure on disk the walk counts one error and resynchronises: it
+ * 12. After a real failure on disk the walk counts one error and resynchronises: it
  *     goes on at the next 8-aligned address that holds a well-formed record with a
  *     matching checksum (a false match needs a 32-bit checksum to agree), so one bad
  *     record is one error and the rest of the log is still checked. In memory
  *     there is no checksum to resynchronise on: that log's walk stops there.
- * 11. Every non-zero cold-index table word must name a well-formed copy of its own
+ * 13. Every non-zero cold-index table word must name a well-formed copy of its own
  *     chunk (ci_chunk_ok, plus the checksum when it is on disk). Words naming a
  *     chunk on disk are checked with lookups_run (LK_CHUNK_ONLY), many reads in
  *     flight; a failed one is judged again after re-reading the word, since
@@ -100,7 +105,7 @@
 #define GROUP_BYTES (8u << 20)  /* or this many bytes of keys and values */
 #define TABLE_BATCH 1024        /* cold-index words checked together */
 #define MEM_BATCH 256           /* records read under one protection (verify) */
-#define SNAP_MAX (256u << 20)   /* chunk entries iterate copies at most (note 12) */
+#define SNAP_MAX (256u << 20)   /* chunk entries iterate copies at most (note 9) */
 #define REC_RESERVED_BITS (~(EM_ADDR_MASK | REC_TOMBSTONE | REC_INVALID | REC_FILLER))
 
 /* ---- the cursor ------------------------------------------------------------------ */
@@ -297,7 +302,7 @@ static int cursor_next(struct cursor *c, struct record **out)
 
 /*
  * After a failure at c->a on disk: move c->a to the next address from which
- * well-formed records with matching checksums start (note 10), or to flushed (a
+ * well-formed records with matching checksums start (note 12), or to flushed (a
  * record boundary) when there is none below it. Returns 0 or an I/O error.
  */
 static int cursor_resync(struct cursor *c)
@@ -390,6 +395,9 @@ struct iter {
 	uint8_t *arena;
 	size_t alen, acap;
 	int err;             /* the first lookup error of a round */
+	struct hop *hops;    /* hop reads of a round (hops_run) */
+	uint32_t *order;     /* candidates waiting for a hop, by (log, address) */
+	struct cursor hot_c, cold_c; /* rec_bad's view of each log (no window) */
 	uint8_t *snap;       /* chunk_snapshot: chunk id's entries, as of snap_addr[id] */
 	uint64_t *snap_addr; /* the chunk copy snap holds for id (0: none) */
 	struct sess_stats st;
@@ -552,6 +560,179 @@ static void decide_done(void *ctx, struct lookup *l, int status, struct record *
 	chain_result(c, CH_FOUND, l->found);
 }
 
+/*
+ * Hop reads (note 10): one record of a chain on disk per candidate and round, the
+ * same address read once for every candidate waiting on it, all reads of a round
+ * in flight together through the walk session's ring (idle between lookups_run
+ * calls).
+ */
+struct hop {
+	uint64_t addr;
+	uint8_t cold;  /* which log */
+	uint8_t done;  /* read, and whole (or as whole as the file allows) */
+	uint8_t *buf;  /* EM_IO_ALIGN aligned */
+	size_t cap;
+	uint64_t off;  /* file offset of buf[0] */
+	uint32_t len;  /* bytes asked for */
+	uint64_t want; /* bytes of the record wanted from addr */
+	int res;       /* bytes read, or -errno */
+};
+
+static void hop_cqe(void *ctx, uint64_t ud, int res)
+{
+	struct iter *it = ctx;
+	it->hops[ud].res = res;
+}
+
+/* Read every hop of [0, nh) not done yet, all in flight together. */
+static int hops_read(struct iter *it, size_t nh)
+{
+	ember_session *s = it->s;
+	struct ember_db *db = it->db;
+	size_t next = 0;
+	for (;;) {
+		while (next < nh && s->ring.inflight < s->ring.depth) {
+			struct hop *h = &it->hops[next];
+			if (h->done) {
+				next++;
+				continue;
+			}
+			uint64_t off = em_align_down(h->addr, EM_IO_ALIGN);
+			uint64_t len = em_align_up(h->addr + h->want - off, EM_IO_ALIGN);
+			if (len > UINT32_MAX - EM_IO_ALIGN)
+				return EMBER_ECORRUPT;
+			if (len > h->cap) {
+				uint8_t *b = em_alloc_aligned(EM_IO_ALIGN, len);
+				if (!b)
+					return EMBER_ENOMEM;
+				em_free(h->buf, h->cap);
+				h->buf = b;
+				h->cap = len;
+			}
+			h->off = off;
+			h->len = (uint32_t)len;
+			h->res = 0;
+			int rc = em_ring_read(&s->ring, h->cold ? &db->cold_file : &db->hot_file, h->buf,
+					      (uint32_t)len, off, next);
+			if (rc < 0)
+				return rc;
+			next++;
+		}
+		if (!s->ring.inflight)
+			return 0;
+		int rc = em_ring_submit(&s->ring);
+		if (rc == 0)
+			rc = em_ring_reap(&s->ring, 1, hop_cqe, it);
+		if (rc < 0) {
+			s->ring_broken = 1; /* reads may still be in flight: the session's end waits */
+			return rc;
+		}
+	}
+}
+
+/* Is candidate x's hop before y's: by log, then address. */
+static int hop_before(const struct cand *x, const struct cand *y)
+{
+	int xc = x->step == ST_COLD, yc = y->step == ST_COLD;
+	return xc != yc ? xc < yc : x->next < y->next;
+}
+
+/* One round of hops for every candidate waiting on a disk address. */
+static int hops_run(struct iter *it)
+{
+	struct ember_db *db = it->db;
+	size_t m = 0, nh = 0;
+	for (size_t i = 0; i < it->n; i++)
+		if (it->cand[i].pend == P_DISK && it->cand[i].next != LK_FROM_INDEX)
+			it->order[m++] = (uint32_t)i;
+	if (!m)
+		return 0;
+	for (size_t j = 1; j < m; j++) { /* insertion sort: m <= GROUP */
+		uint32_t x = it->order[j];
+		size_t k = j;
+		for (; k > 0 && hop_before(&it->cand[x], &it->cand[it->order[k - 1]]); k--)
+			it->order[k] = it->order[k - 1];
+		it->order[k] = x;
+	}
+	for (size_t j = 0; j < m; j++) {
+		struct cand *c = &it->cand[it->order[j]];
+		uint8_t cold = c->step == ST_COLD;
+		if (nh && it->hops[nh - 1].addr == c->next && it->hops[nh - 1].cold == cold)
+			continue;
+		struct hop *h = &it->hops[nh++];
+		h->addr = c->next;
+		h->cold = cold;
+		h->done = 0;
+		h->want = FIRST_READ_MIN;
+	}
+	/* read every hop; one whose record is longer than its first read, again */
+	for (int pass = 0; pass < 2; pass++) {
+		int rc = hops_read(it, nh);
+		if (rc < 0)
+			return rc;
+		int again = 0;
+		for (size_t k = 0; k < nh; k++) {
+			struct hop *h = &it->hops[k];
+			if (h->done)
+				continue;
+			if (h->res < 0)
+				return h->res;
+			h->done = 1;
+			uint64_t pos = h->addr - h->off;
+			if (pass > 0 || pos + REC_HDR_SIZE > (uint64_t)h->res || (uint64_t)h->res < h->len)
+				continue; /* a short read: judged below */
+			struct record *r = (struct record *)(void *)(h->buf + pos);
+			uint64_t size = rec_total_size(r);
+			uint64_t max = (h->cold ? it->cold_c.max_record : it->hot_c.max_record) + REC_HDR_SIZE;
+			if (pos + size > (uint64_t)h->res && size <= max) {
+				h->want = size;
+				h->done = 0;
+				again = 1;
+			}
+		}
+		if (!again)
+			break;
+	}
+	/* apply each hop to the candidates waiting on it */
+	size_t k = 0;
+	for (size_t j = 0; j < m; j++) {
+		struct cand *c = &it->cand[it->order[j]];
+		uint8_t cold = c->step == ST_COLD;
+		while (it->hops[k].addr != c->next || it->hops[k].cold != cold)
+			k++;
+		struct hop *h = &it->hops[k];
+		struct cursor *view = cold ? &it->cold_c : &it->hot_c;
+		uint64_t pos = h->addr - h->off;
+		struct record *r = (struct record *)(void *)(h->buf + pos);
+		const char *why = NULL;
+		if (h->res < 0 || pos + REC_HDR_SIZE > (uint64_t)h->res)
+			why = "the file ends inside the record";
+		else if ((why = rec_bad(view, h->addr, r, hlog_load(&view->log->flushed))) != NULL)
+			;
+		else if (pos + rec_total_size(r) > (uint64_t)h->res)
+			why = "the file ends inside the record";
+		else if (r->checksum != rec_checksum(r))
+			why = "checksum mismatch";
+		else if (rec_header(r) & (REC_FILLER | REC_INVALID))
+			why = "a chain link to a record that is not linked";
+		if (why) {
+			db_report(db, "iterate: %s offset %" PRIu64 ": %s", view->name, h->addr, why);
+			return EMBER_ECORRUPT;
+		}
+		uint64_t limit = cold ? it->t_cold : it->t_hot;
+		if (h->addr < limit && rec_key_eq(r, it->arena + c->koff, c->klen)) {
+			chain_result(c, CH_FOUND, h->addr);
+			continue;
+		}
+		uint64_t p = rec_prev(r);
+		if (p < EM_LOG_START || p < hlog_load(&view->log->begin))
+			chain_result(c, CH_NONE, 0);
+		else
+			chain_result(c, CH_DISK, p); /* below this record, so below head: on disk */
+	}
+	return 0;
+}
+
 /* Decide every candidate of the group (note 7). Caller unprotected. */
 static int group_decide(struct iter *it)
 {
@@ -562,11 +743,14 @@ static int group_decide(struct iter *it)
 			while (it->cand[i].pend == P_MEM)
 				resolve_mem(it, &it->cand[i]);
 		epoch_unprotect(db->ep, it->s->slot);
+		int rc = hops_run(it);
+		if (rc < 0)
+			return rc;
 		size_t m = 0;
 		for (size_t i = 0; i < it->n; i++) {
 			struct cand *c = &it->cand[i];
-			if (c->pend != P_DISK)
-				continue;
+			if (c->pend != P_DISK || c->next != LK_FROM_INDEX)
+				continue; /* decided, or waiting for a memory step or a hop */
 			int cold = c->step == ST_COLD;
 			it->lk[m++] = (struct lookup){.key = it->arena + c->koff,
 						      .klen = c->klen,
@@ -579,10 +763,16 @@ static int group_decide(struct iter *it)
 						      .user = i};
 			c->pend = P_MEM; /* decide_done moves it on */
 		}
-		if (!m)
-			return 0;
+		if (!m) {
+			int waiting = 0;
+			for (size_t i = 0; i < it->n && !waiting; i++)
+				waiting = it->cand[i].pend != P_DONE;
+			if (!waiting)
+				return 0;
+			continue;
+		}
 		it->err = 0;
-		int rc = lookups_run(it->s, it->lk, m, decide_done, it);
+		rc = lookups_run(it->s, it->lk, m, decide_done, it);
 		if (rc < 0)
 			return rc;
 		if (it->err == EMBER_ECORRUPT)
@@ -742,7 +932,11 @@ int ember_iterate(ember_db *db, ember_iter_fn fn, void *arg)
 		return rc;
 	it.cand = em_alloc(sizeof(*it.cand) * GROUP);
 	it.lk = em_alloc(sizeof(*it.lk) * GROUP);
-	if (!it.cand || !it.lk) {
+	it.hops = em_zalloc(sizeof(*it.hops) * GROUP);
+	it.order = em_alloc(sizeof(*it.order) * GROUP);
+	cursor_init(&it.hot_c, it.s, db->hot, &db->hot_file, "hot.log", db->max_record, 0, 0);
+	cursor_init(&it.cold_c, it.s, db->cold, &db->cold_file, "cold.log", db->cold_max_record, 0, 0);
+	if (!it.cand || !it.lk || !it.hops || !it.order) {
 		rc = EMBER_ENOMEM;
 		goto undo_alloc;
 	}
@@ -763,12 +957,17 @@ int ember_iterate(ember_db *db, ember_iter_fn fn, void *arg)
 	if (comp)
 		pthread_mutex_unlock(&comp->pass_mu);
 undo_alloc:
+	/* first: the session's ring ends (and with it any read into a hop buffer) */
+	session_free_internal(it.s);
+	for (size_t i = 0; it.hops && i < GROUP; i++)
+		em_free(it.hops[i].buf, it.hops[i].cap);
+	em_free(it.hops, 0);
+	em_free(it.order, 0);
 	em_free(it.snap, 0);
 	em_free(it.snap_addr, 0);
 	em_free(it.arena, it.acap);
 	em_free(it.lk, 0);
 	em_free(it.cand, 0);
-	session_free_internal(it.s);
 	return rc;
 }
 
@@ -811,7 +1010,7 @@ static int verify_log(struct verify *v, struct hlog *log, struct em_file *f, con
 		if (k == EMBER_ECORRUPT) {
 			uint64_t begin = hlog_load(&log->begin);
 			if (cur.a < begin) {
-				cursor_pause(&cur); /* compaction released it meanwhile (note 9) */
+				cursor_pause(&cur); /* compaction released it meanwhile (note 11) */
 				cur.a = begin;
 				continue;
 			}
@@ -897,7 +1096,7 @@ static void table_done(void *ctx, struct lookup *l, int status, struct record *r
 	t->bad[t->nbad++] = l->user;
 }
 
-/* A word whose chunk failed its lookup: judge it again from the table (note 11). */
+/* A word whose chunk failed its lookup: judge it again from the table (note 13). */
 static int table_recheck(struct verify *v, struct cursor *c, uint64_t id)
 {
 	struct ember_db *db = v->db;

@@ -3,7 +3,8 @@
  * pipeline (ember_graph_device_send), and updated rows back (ember_graph_device_update).
  *
  * argv[1] picks the ember_gpu backend: "host" (suite unit, what CI runs) or "cuda"
- * (suite gpu; exits 77 when built without CUDA or no device is present).
+ * (suite gpu; exits 77 when built without CUDA or no device is present); "stress"
+ * as argv[2] (suite stress) runs 8x the batches.
  *
  * What it checks:
  *   - Round trip: samples of a buffer state go to device blocks; a consumer stream
@@ -534,7 +535,7 @@ int main(int argc, char **argv)
 	CHECK_OK(ember_graph_buffer_set_plan(b, &tp.plan));
 	ember_gpu *gpu = gt_open(backend);
 
-	uint64_t batches = tu_scaled(120);
+	uint64_t batches = tu_scaled(120) * gt_stress(argc, argv); /* "stress": x8 */
 	ember_graph_state st;
 	for (int k = 0; k < 2; k++) {
 		CHECK_OK(ember_graph_buffer_next_state(b, &st));

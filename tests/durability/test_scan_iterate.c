@@ -11,7 +11,8 @@
  *   stop        fn's non-zero return stops the walk and is returned, after
  *               exactly that many calls
  *   concurrent  (stress) walks, and ember_verify, while writer threads update,
- *               delete and create keys and compaction runs: every key nobody writes
+ *               delete and create keys, compaction runs and a thread takes
+ *               checkpoints (which give file space back below each log's begin): every key nobody writes
  *               is emitted exactly once with its value; a key being written is
  *               emitted at most once, with a value some writer wrote; verify finds
  *               no error
@@ -400,6 +401,20 @@ static void *writer_main(void *p)
 	return NULL;
 }
 
+static void *checkpointer_main(void *p)
+{
+	struct conc *c = p;
+	uint64_t n = 0;
+	while (!atomic_load(&c->stop)) {
+		CHECK_OK(ember_checkpoint(c->db, NULL));
+		n++;
+		struct timespec ts = {0, 20000000};
+		nanosleep(&ts, NULL);
+	}
+	printf("  %llu checkpoints during writes\n", (unsigned long long)n);
+	return NULL;
+}
+
 static void *verifier_main(void *p)
 {
 	struct conc *c = p;
@@ -468,11 +483,12 @@ static void test_concurrent(void)
 		put_ref(c.db, s, &ref, i, r, vbuf); /* a third of them hot again */
 	CHECK_OK(ember_session_close(s));
 
-	pthread_t w[2], v;
+	pthread_t w[2], v, ck;
 	struct writer_arg wa[2] = {{&c, 0}, {&c, 1}};
 	for (int i = 0; i < 2; i++)
 		CHECK(pthread_create(&w[i], NULL, writer_main, &wa[i]) == 0, "pthread_create");
 	CHECK(pthread_create(&v, NULL, verifier_main, &c) == 0, "pthread_create");
+	CHECK(pthread_create(&ck, NULL, checkpointer_main, &c) == 0, "pthread_create");
 	/* tu_scaled(30) walks, or as many as fit in 8 s (at least 3) */
 	uint64_t walks = tu_scaled(30);
 	double t_end = tu_now() + 8;
@@ -495,6 +511,7 @@ static void test_concurrent(void)
 	for (int i = 0; i < 2; i++)
 		pthread_join(w[i], NULL);
 	pthread_join(v, NULL);
+	pthread_join(ck, NULL);
 	ember_stats st;
 	CHECK_OK(ember_stats_get(c.db, &st));
 	printf("  %llu walks, %llu writes, %llu hot and %llu cold passes\n",

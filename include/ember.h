@@ -170,7 +170,9 @@ typedef struct ember_session ember_session;
 
 /* Per-tier figures of ember_stats_get(). */
 typedef struct ember_tier_stats {
-	uint64_t records;        /* records in the log (live or not), not yet compacted away */
+	uint64_t records;        /* records appended to the log since this open (live or
+				    not) and not yet compacted away: after a reopen it
+				    starts at 0 (ember_iterate counts live keys) */
 	uint64_t bytes_memory;   /* memory the tier's log holds */
 	uint64_t bytes_disk;     /* log bytes between its begin and tail */
 	uint64_t reads_memory;   /* user reads answered from this tier's memory */
@@ -375,7 +377,10 @@ int ember_error_detail(ember_db *db, char *buf, size_t cap);
  * Keys come in no particular order. The walk sees a state at least as new as the
  * moment it began for keys not written meanwhile; keys written meanwhile may be
  * seen with their old or new value (or, rarely, twice). It runs on the calling
- * thread (no session needed) and may read the whole store from disk.
+ * thread (no session needed) and may read the whole store from disk. Compaction
+ * pauses while the walk runs: fn must not call ember_compact, ember_checkpoint or
+ * ember_close on the same store (they would wait for the walk); ember_iterate on the
+ * same store from fn returns EMBER_ESTATE.
  */
 typedef int (*ember_iter_fn)(void *arg, const void *key, size_t klen, const void *val,
 			     size_t vlen);

@@ -13,22 +13,24 @@
  *     from the last writes before close on, fails,
  *     and a few with a probability), a
  *     fresh child arms SITE and runs the workload: open, puts, put_batch, gets,
- *     get_batch, rmw, deletes, forced compactions with small disk budgets, a
- *     checkpoint (once ember_checkpoint links), a final read of every key, close.
+ *     get_batch, rmw, deletes, forced compactions with small disk budgets (each
+ *     followed by a read of every key), a checkpoint, a final read of every key,
+ *     close.
  *  3. Each call must return 0 or a clean error (a negated errno, EMBER_EIO,
  *     EMBER_ENOMEM, EMBER_ENOSPC, EMBER_EAGAIN; ENOTFOUND for reads). A read that
  *     succeeds must return a value some write of that key made, and one the model
  *     allows (the last successful write, or any failed write after it). ember_close
  *     must return 0 once the sessions are closed.
- *  4. The faults are then disarmed and the store reopened: while recovery does not
- *     exist (EMBER_EEXIST) that step is skipped; once it does, every key must hold
- *     a value that was written to it, or be absent.
+ *  4. The faults are then disarmed and the store reopened: every key must hold a
+ *     value that was written to it, or be absent; when ember_close returned 0 (its
+ *     final checkpoint worked), every key must be in a state the model allows.
  *  5. The parent sees each child's end: a signal (a crash, an ASan report with
  *     abort_on_error, or SIGALRM: the child hung past its alarm) or a nonzero exit
- *     (a CHECK, or LeakSanitizer at exit) fails the test at that point, naming the
- *     point so it can be replayed: EMBER_TEST_SEED=S test_fault SITE k [MODE]
+ *     (a CHECK, or LeakSanitizer at exit) is a failed point, printed so it can be
+ *     replayed: EMBER_TEST_SEED=S test_fault SITE k [MODE]
  *     (MODE: persistent, probability, compaction, compaction-persistent,
- *     close-persistent).
+ *     close-persistent). The runs go on past a failed point (up to 4 of them) and
+ *     the test fails at the end.
  *
  * Values are self-describing: key id, version and a length derived from both, then
  * bytes derived from (seed, key, version), so a wrong, stale or torn value is
@@ -45,9 +47,6 @@
 
 #include "core/fault.h"
 #include "test_util.h"
-
-/* Linked weakly: NULL until src/store/checkpoint.c provides it. */
-#pragma weak ember_checkpoint
 
 #define NKEYS 400
 #define MAXV 1400
@@ -349,11 +348,9 @@ static void workload(tu_rng *rng)
 		}
 		shm->phase = 5;
 		compact_and_check(db, s);
-		if (ember_checkpoint) {
-			uint64_t id = 0;
-			rc = ember_checkpoint(db, &id);
-			CHECK_CLEAN(rc, "checkpoint");
-		}
+		uint64_t id = 0;
+		rc = ember_checkpoint(db, &id);
+		CHECK_CLEAN(rc, "checkpoint");
 		shm->phase = 6;
 		for (int pass = 0; pass < 2; pass++)
 			for (uint32_t k = pass; k < NKEYS; k += 2)
@@ -401,16 +398,11 @@ static void reopen_check(void)
 	options(&o, 0);
 	shm->phase = 9;
 	int rc = ember_open(dir, &o, &db);
-	if (rc == EMBER_EEXIST)
-		return; /* no recovery in this build yet */
-	if (rc < 0) {
-		/* a fault may have left no complete checkpoint, or a damaged new one:
-		 * a clean refusal is allowed, a crash or garbage is not */
-		CHECK(rc != EMBER_EINVAL, "reopen: %d (%s)", rc, ember_strerror(rc));
-		return;
-	}
-	/* with checkpoints, a close that returned 0 took a final one covering every write */
-	int strict = shm->closed_ok && ember_checkpoint != NULL;
+	/* whatever failed before, the directory holds a complete checkpoint, a store
+	 * that never got one (it opens empty), or no store at all (one is made) */
+	CHECK(rc == 0, "reopen after the faults: %d (%s)", rc, ember_strerror(rc));
+	/* a close that returned 0 took a final checkpoint covering every write */
+	int strict = shm->closed_ok;
 	CHECK_OK(ember_session_open(db, &s));
 	for (uint32_t k = 0; k < NKEYS; k++) {
 		uint8_t kb[12], buf[MAXV];
@@ -499,6 +491,12 @@ static const char *mode_arg(int mode)
 }
 
 /* Run one point in a child; fail the test on anything but a clean exit. */
+/* Failed points so far; the test goes on past a failure (up to MAX_FAILED, to list
+ * them all in one run) and fails at the end. */
+#define MAX_FAILED 4
+static unsigned failed;
+
+/* Run one point in a child; anything but a clean exit is a failed point. */
 static void run_point(int site, int mode, uint64_t point, unsigned alarm_s)
 {
 	memset(shm, 0, sizeof(*shm));
@@ -509,28 +507,27 @@ static void run_point(int site, int mode, uint64_t point, unsigned alarm_s)
 		child(site, mode, point, alarm_s);
 	int status;
 	CHECK(waitpid(pid, &status, 0) == pid, "waitpid");
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+		return;
 	const char *name = em_fault_site_name(site);
-	if (WIFSIGNALED(status)) {
-		int sig = WTERMSIG(status);
-		CHECK(0, "%s %s%llu: the child %s (signal %d) in phase %d; replay with "
-			 "EMBER_TEST_SEED=%llu test_fault %s %llu%s",
-		      name, mode_name(mode), (unsigned long long)point,
-		      sig == SIGALRM ? "hung" : "crashed", sig, shm->phase,
-		      (unsigned long long)tu_seed(), name, (unsigned long long)point,
-		      mode_arg(mode));
-	}
-	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-	      "%s %s%llu: the child exited %d in phase %d (a failed check above, or a leak); "
-	      "replay with EMBER_TEST_SEED=%llu test_fault %s %llu%s",
-	      name, mode_name(mode), (unsigned long long)point, WEXITSTATUS(status), shm->phase,
-	      (unsigned long long)tu_seed(), name, (unsigned long long)point,
-	      mode_arg(mode));
+	char what[64];
+	if (WIFSIGNALED(status))
+		snprintf(what, sizeof(what), "%s (signal %d)",
+			 WTERMSIG(status) == SIGALRM ? "hung" : "crashed", WTERMSIG(status));
+	else
+		snprintf(what, sizeof(what), "exited %d (a failed check above, or a leak)",
+			 WEXITSTATUS(status));
+	printf("test_fault %s: FAILED POINT %s%llu: the child %s in phase %d; replay with "
+	       "EMBER_TEST_SEED=%llu test_fault %s %llu%s\n",
+	       name, mode_name(mode), (unsigned long long)point, what, shm->phase,
+	       (unsigned long long)tu_seed(), name, (unsigned long long)point, mode_arg(mode));
+	failed++;
 }
 
 int main(int argc, char **argv)
 {
 	tu_init("test_fault", argc, argv);
-	CHECK(argc >= 2, "usage: test_fault SITE [point [persistent|probability]]");
+	CHECK(argc >= 2, "usage: test_fault SITE [point [MODE]]");
 	int site = em_fault_site_lookup(argv[1]);
 	CHECK(site >= 0, "unknown site '%s'", argv[1]);
 	CHECK(tu_tmpdir_make("fault", dir, sizeof(dir)) == 0, "tmpdir");
@@ -549,6 +546,7 @@ int main(int argc, char **argv)
 			       : strcmp(argv[3], "close-persistent") == 0 ? MODE_CLOSE_ALL
 								    : MODE_PROB;
 		run_point(site, mode, strtoull(argv[2], NULL, 10), alarm_s);
+		CHECK(!failed, "the point failed");
 		printf("test_fault %s: point %s ok (fired %llu)\n", argv[1], argv[2],
 		       (unsigned long long)shm->fired);
 		tu_tmpdir_remove(dir);
@@ -585,7 +583,7 @@ int main(int argc, char **argv)
 	/* the first hits inside a forced compaction: its scans, liveness lookups and
 	 * cold inserts (other runs reach them only by chance); not scaled, so every
 	 * build runs the same points */
-	for (uint64_t k = 1; k <= 24 && tu_now() - t0 < limit_s; k++)
+	for (uint64_t k = 1; k <= 24 && tu_now() - t0 < limit_s && failed < MAX_FAILED; k++)
 		RUN(MODE_COMPACT, k);
 	/* everything fails from the first forced compaction on, or from the last
 	 * writes before close on: every later call must be an error, and close work */
@@ -593,7 +591,7 @@ int main(int argc, char **argv)
 	RUN(MODE_CLOSE_ALL, 1);
 	/* the points: all of the first ones, then spread over the rest */
 	uint64_t budget = tu_scaled(80), dense = budget / 2;
-	for (uint64_t i = 0; i < budget && tu_now() - t0 < limit_s; i++) {
+	for (uint64_t i = 0; i < budget && tu_now() - t0 < limit_s && failed < MAX_FAILED; i++) {
 		uint64_t point;
 		if (i < dense || n <= budget) {
 			point = i + 1;
@@ -606,12 +604,14 @@ int main(int argc, char **argv)
 		RUN(MODE_ONCE, point);
 	}
 	/* every hit from k on fails: the store must degrade to errors, and close */
-	for (uint64_t i = 0; i < tu_scaled(8) && tu_now() - t0 < limit_s; i++)
+	for (uint64_t i = 0; i < tu_scaled(8) && tu_now() - t0 < limit_s && failed < MAX_FAILED; i++)
 		RUN(MODE_PERSIST, 1 + tu_rng_below(rng, n));
 	/* scattered failures */
-	for (uint64_t i = 0; i < tu_scaled(4) && tu_now() - t0 < limit_s; i++)
+	for (uint64_t i = 0; i < tu_scaled(4) && tu_now() - t0 < limit_s && failed < MAX_FAILED; i++)
 		RUN(MODE_PROB, 2 + tu_rng_below(rng, n < 50 ? n : 50));
 #undef RUN
+	CHECK(failed == 0, "%u of %llu runs failed (FAILED POINT lines above)", failed,
+	      (unsigned long long)runs);
 	CHECK(fired > 0, "no fault fired in %llu runs", (unsigned long long)runs);
 	printf("test_fault %s: %llu runs, %llu faults injected, %.1f s; all surfaced as errors\n",
 	       argv[1], (unsigned long long)runs, (unsigned long long)fired, tu_now() - t0);

@@ -111,6 +111,8 @@ struct oracle {
 
 /* How far ahead the walks over a batch's rows prefetch their per-row state. */
 #define PF_AHEAD 16
+/* Per-row state of at least this many bytes gets a mapping of its own (huge pages). */
+#define ROWST_MAP_MIN (2u << 20)
 /* Bucket entries the victim searches of one plan walk at most looking for unpinned
  * rows: PIN_SCAN per distinct row of the batch (bounds the plan's cost at a few
  * more accesses per row when most resident rows are pinned). */
@@ -156,12 +158,17 @@ int oracle_create(struct oracle **out, uint32_t ntables, const uint64_t *rows,
 		/* anonymous memory is zero and mapped lazily: untouched rows cost
 		 * nothing; huge pages (where the kernel allows) spare the TLB misses
 		 * of a random walk over millions of rows */
+		if (o->rowst_bytes[t] < ROWST_MAP_MIN) { /* small tables: no mapping each */
+			o->rowst[t] = em_zalloc(o->rowst_bytes[t]);
+			if (!o->rowst[t])
+				goto undo_alloc;
+			continue;
+		}
 		void *m = mmap(NULL, o->rowst_bytes[t], PROT_READ | PROT_WRITE,
 			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (m == MAP_FAILED)
 			goto undo_alloc;
-		if (o->rowst_bytes[t] >= (2u << 20))
-			madvise(m, o->rowst_bytes[t], MADV_HUGEPAGE);
+		madvise(m, o->rowst_bytes[t], MADV_HUGEPAGE);
 		o->rowst[t] = m;
 	}
 	for (uint32_t r = 0; r < ring; r++)
@@ -183,10 +190,14 @@ void oracle_destroy(struct oracle *o)
 {
 	if (!o)
 		return;
-	if (o->rowst)
-		for (uint32_t t = 0; t < o->ntables; t++)
-			if (o->rowst[t])
-				munmap(o->rowst[t], o->rowst_bytes[t]);
+	for (uint32_t t = 0; o->rowst && t < o->ntables; t++) {
+		if (!o->rowst[t])
+			continue;
+		if (o->rowst_bytes[t] < ROWST_MAP_MIN)
+			em_free(o->rowst[t], o->rowst_bytes[t]);
+		else
+			munmap(o->rowst[t], o->rowst_bytes[t]);
+	}
 	em_free(o->rows, 0);
 	em_free(o->rowst, 0);
 	em_free(o->rowst_bytes, 0);

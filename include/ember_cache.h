@@ -45,7 +45,9 @@
  * Return values: 0 or a negative EMBER_E* code (ember_strerror() explains it).
  *
  * Ownership: the library copies what the caller passes (batches, options, tables)
- * and never keeps or frees a caller's buffer. The arrays a view points to belong to
+ * and never keeps or frees a caller's buffer; the one object it keeps is the
+ * ember_gpu context of GPU slots when the caller passes one (borrowed, see
+ * ember_cache_options.gpu). The arrays a view points to belong to
  * the cache and stay valid until ember_cache_release() of that view.
  */
 #ifndef EMBER_CACHE_H
@@ -55,6 +57,7 @@
 #include <stdint.h>
 
 #include "ember.h"
+#include "ember_gpu.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -85,8 +88,9 @@ enum {
 /* ember_cache_options.slots: where the slots (the cached rows) live. */
 enum {
 	EMBER_CACHE_SLOTS_HOST = 0, /* default: host memory */
-	EMBER_CACHE_SLOTS_GPU = 1,  /* device memory through ember_gpu: not available
-				       yet, ember_cache_open returns EMBER_EINVAL */
+	EMBER_CACHE_SLOTS_GPU = 1,  /* an ember_gpu arena (device memory on the CUDA
+				       backend, plain memory on the host backend): see
+				       "GPU slots" below and docs/cache.md */
 };
 
 /* One embedding table. */
@@ -138,6 +142,25 @@ typedef struct ember_cache_options {
 	float init_scale;
 	/* EMBER_CACHE_INIT_UNIFORM's seed (0 is a seed like any other). */
 	uint64_t init_seed;
+
+	/* ---- GPU slots: only with slots = EMBER_CACHE_SLOTS_GPU (all three must
+	 * stay zero with host slots: EMBER_EINVAL otherwise) ---- */
+
+	/* The ember_gpu context whose arena holds the slots. BORROWED: the caller
+	 * opened it, keeps it open until ember_cache_close() has returned, and closes
+	 * it afterwards (ember_gpu_close returns EMBER_EBUSY while the cache's arena,
+	 * staging ring and events are alive). The cache uses the context's H2D and
+	 * D2H copy streams 0 (ember_gpu_stream_get); other users of those streams are
+	 * merely serialised with it. NULL: the cache opens its own context from
+	 * gpu_backend and gpu_device, OWNS it and closes it in ember_cache_close(). */
+	ember_gpu *gpu;
+	/* With gpu == NULL: EMBER_GPU_BACKEND_* of the cache's own context. Default
+	 * AUTO (CUDA when built with it and device gpu_device exists, else host).
+	 * Must be 0 when gpu is given. */
+	int gpu_backend;
+	/* With gpu == NULL: the CUDA device ordinal (device = cuda:N), >= 0. Default
+	 * 0. Must be 0 when gpu is given. */
+	int gpu_device;
 } ember_cache_options;
 
 /* Fill *opts with zero (defaults) and no tables. opts must not be NULL. */
@@ -172,16 +195,53 @@ typedef struct ember_cache_batch {
  * (ember_cache_row() computes it). Every lookup of the same (table, row) in the
  * batch has the same slot. The trainer may read and write the rows of the batch
  * in place until release; writing any other slot is undefined.
+ *
+ * GPU slots (EMBER_CACHE_SLOTS_GPU)
+ * ---------------------------------
+ * slot_memory is then the arena's base, a DEVICE pointer on the CUDA backend (the
+ * host must not dereference it, nor ember_cache_row()'s result); cache slot s is
+ * arena slot s (ember_gpu_arena_row(arena, s)); every slot holds the widest table's
+ * dim floats, a narrower table's row followed by zeros (keep them zero: only the
+ * table's dim elements are written back). The batch's rows and dev_slots are
+ * ready only once `ready` has completed: before any device work on the batch, make
+ * the stream doing it wait (ember_gpu_stream_wait_event(s, view.ready); the host
+ * never blocks), or ember_gpu_event_synchronize(view.ready) before touching the
+ * rows from the host (host backend). With them a trainer typically
+ *   - gathers the batch tensor: ember_gpu_gather(s, arena, dev_slots, nlookups,
+ *     out, 0) (lookup order, parts one after another, duplicates included);
+ *   - updates the rows: ember_gpu_scatter_apply(s, arena, dev_slots, nlookups,
+ *     grads, &upd) (duplicates summed), or its own kernels on slot_memory;
+ *   - records an event after its last work on the batch's rows and hands it to
+ *     release in `done`. The cache orders everything it later does to those slots
+ *     (refilling them, copying evicted dirty rows back) after that event, without
+ *     blocking. done == NULL tells the cache that all such work has already
+ *     completed (the trainer synchronized, or worked on the host).
+ * `ready` and dev_slots belong to the cache and stay valid until the release.
  */
 typedef struct ember_cache_view {
 	uint64_t batch;               /* OUT: the batch's number (0 for the first pushed) */
 	uint32_t nparts;              /* OUT: as pushed */
 	const ember_cache_part *parts;/* OUT: the batch's parts (the cache's copy of the ids) */
 	const uint32_t *const *slots; /* OUT: slots[p][i] */
-	float *slot_memory;           /* OUT: slot 0's row (host memory) */
+	float *slot_memory;           /* OUT: slot 0's row (host memory; with GPU slots
+					 the arena's base: a device pointer on CUDA) */
 	size_t slot_stride;           /* OUT: floats from one slot to the next */
 	uint32_t flags;               /* IN (before release): EMBER_CACHE_VIEW_* */
 	uint32_t reserved_;
+	/* GPU slots only (NULL with host slots; nlookups is set for both): */
+	ember_gpu *gpu;               /* OUT: the slots' context (the caller's, or the
+					 cache's own: streams and events the trainer
+					 creates from it must be destroyed before
+					 ember_cache_close) */
+	ember_gpu_arena *arena;       /* OUT: the slots' arena (for gather, scatter-apply) */
+	const uint32_t *dev_slots;    /* OUT: device memory, nlookups slot indices: the
+					 parts' slots[p][i] one part after another */
+	uint64_t nlookups;            /* OUT: lookups of the batch (sum of parts' n) */
+	ember_gpu_event *ready;       /* OUT: wait on it before device work on the batch */
+	ember_gpu_event *done;        /* IN (before release): the trainer's event recorded
+					 after its last device work on the batch's rows, or
+					 NULL when that work has completed. Set to NULL by
+					 acquire. */
 	void *internal_;              /* the cache's own; do not touch */
 } ember_cache_view;
 
@@ -218,9 +278,12 @@ typedef struct ember_cache_stats {
  * Open a cache over db. On success *cache is set and the prefetcher thread runs;
  * on failure *cache is left NULL. EMBER_EINVAL: NULL arguments, no tables, a table
  * with rows or dim of 0 or out of range, an unknown storage/init/slots value,
- * prefetch_batches > window, capacity > EMBER_CACHE_MAX_CAPACITY, or slots = GPU
- * (not built yet).
- * EMBER_ENOMEM: out of memory. Errors of ember_session_open pass through.
+ * prefetch_batches > window, capacity > EMBER_CACHE_MAX_CAPACITY; with host slots,
+ * gpu, gpu_backend or gpu_device set; with GPU slots, gpu given together with
+ * gpu_backend or gpu_device, an unknown gpu_backend, gpu_device < 0, or a context
+ * ember_gpu_open refuses (CUDA asked for but not built, no such device).
+ * EMBER_ENOMEM: out of memory (host, pinned or device). Errors of
+ * ember_session_open and of ember_gpu pass through (EMBER_EIO: a device failure).
  */
 int ember_cache_open(ember_db *db, const ember_cache_options *opts, ember_cache **cache);
 
@@ -238,7 +301,8 @@ int ember_cache_close(ember_cache *cache);
  * EMBER_EAGAIN: `window` batches are pushed and not released; release one first.
  * EMBER_EINVAL: NULL cache or batch, parts NULL with nparts > 0, rows NULL with
  *   n > 0, an unknown table, or a row id >= the table's rows. Nothing is pushed.
- * EMBER_ETOOBIG: the batch names more distinct rows than the capacity.
+ * EMBER_ETOOBIG: the batch names more distinct rows than the capacity, or (GPU
+ *   slots) more than 2^31 - 1 lookups (the kernels' limit).
  * EMBER_ENOSPC: 2^32 - 3 batches were pushed in the cache's life (reopen it).
  * EMBER_ENOMEM, and EMBER_ESTATE after a prefetcher failure (see acquire).
  */
@@ -259,9 +323,12 @@ int ember_cache_try_acquire(ember_cache *cache, ember_cache_view *view);
 
 /*
  * Release the acquired batch: its rows become dirty (unless view->flags has
- * EMBER_CACHE_VIEW_READONLY) and may be evicted as the plan says. EMBER_EINVAL:
- * NULL arguments. EMBER_ESTATE: view is not the batch now acquired (never
- * acquired, already released, or from another cache).
+ * EMBER_CACHE_VIEW_READONLY) and may be evicted as the plan says. With GPU slots,
+ * view->done (if not NULL) orders the cache's later device work on the batch's
+ * slots after it (the host does not block). EMBER_EINVAL: NULL arguments, or a
+ * done event of another ember_gpu context (the batch stays acquired).
+ * EMBER_ESTATE: view is not the batch now acquired (never acquired, already
+ * released, or from another cache).
  */
 int ember_cache_release(ember_cache *cache, ember_cache_view *view);
 

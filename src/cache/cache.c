@@ -51,6 +51,26 @@
  *       (C3) or during a flush (no batch acquired): never both at once.
  *   C6. At most one batch is acquired at a time, so a blocked acquire never waits
  *       on a release only its own caller could make.
+ *
+ * GPU slots (slot_store_gpu.c has the device side, D1-D4): the trainer's work on
+ * an acquired batch is asynchronous on its own streams, so the rules above,
+ * stated for host calls, also need:
+ *   G1. A batch is handed out with an event `ready` (its ring entry's), recorded
+ *       on the H2D stream when the batch became resident, after its installs and
+ *       the upload of its lookups' slots (slot_store_publish; C2 then holds for
+ *       whoever waits on `ready`).
+ *   G2. release makes the H2D and D2H streams wait on the trainer's `done` event
+ *       (slot_store_order) BEFORE it publishes `released` under mu; the
+ *       prefetcher refills or evicts the batch's slots only after reading that
+ *       `released` (C3), so its installs and eviction copies are enqueued after
+ *       the waits and run after the trainer's work (rule 4). done == NULL: the
+ *       trainer says that work is complete.
+ *   G3. A ring entry's device slot array and `ready` are rewritten only by the
+ *       batch seq + window, pushed after batch seq's release: after G2's waits.
+ *   G4. With C4, the order a row travels is: trainer's update -> (done) -> D2H
+ *       gather + download -> host waits -> ember_put_batch -> later fetch ->
+ *       install on H2D -> `ready` -> the trainer's next use. Every read still sees
+ *       every earlier update.
  */
 #include "ember_cache.h"
 
@@ -87,6 +107,7 @@ struct cbatch {
 	struct omiss *miss;
 	struct obatch ob;
 	uint32_t mdone; /* admissions done (prefetcher) */
+	struct slot_batch_dev dev; /* GPU slots: device slot array and `ready` (G1, G3) */
 };
 
 struct ember_cache {
@@ -206,8 +227,10 @@ static int write_rows(struct ember_cache *c, size_t n, const uint32_t *sl, const
 					      .buf = c->vptr[i]};
 		c->dirty[sl[i]] = 0;
 	}
-	slot_store_read(&c->ss, n, c->mv);
-	int rc = ember_put_batch(c->sess, n, c->kptr, c->klen, (const void *const *)c->vptr,
+	int rc = slot_store_read(&c->ss, n, c->mv);
+	if (rc < 0)
+		return rc;
+	rc = ember_put_batch(c->sess, n, c->kptr, c->klen, (const void *const *)c->vptr,
 				 c->vlen, c->st);
 	for (size_t i = 0; rc == 0 && i < n; i++)
 		if (c->st[i] < 0)
@@ -287,20 +310,23 @@ static int fetch_round(struct ember_cache *c, struct cbatch *b, uint32_t release
 		return rc;
 	stat_add(&c->st_evicted, nev);
 
-	/* admissions: many reads in flight in one ember_get_batch */
+	/* admissions: many reads in flight in one ember_get_batch, landing in the
+	 * slot store's staging (GPU slots: pinned staging buffers) */
 	uint64_t bytes = 0, absent = 0, first = 0;
+	rc = slot_store_stage(&c->ss, n, c->stage, c->vptr);
+	if (rc < 0)
+		return rc;
 	for (uint32_t j = 0; j < n; j++) {
 		const struct urow *u = &ob->uniq[ms[j].uidx];
 		const ember_cache_table *t = &c->tables[u->table];
 		key_encode(c->kbuf + (size_t)j * KEY_LEN, u->table, u->row);
 		c->kptr[j] = c->kbuf + (size_t)j * KEY_LEN;
 		c->klen[j] = KEY_LEN;
-		c->vptr[j] = c->stage + (size_t)j * c->max_row_bytes;
 		c->vcap[j] = slot_row_bytes(t->dim, t->storage);
 	}
 	rc = ember_get_batch(c->sess, n, c->kptr, c->klen, c->vptr, c->vcap, c->vlen, c->st);
 	if (rc < 0)
-		return rc;
+		goto undo_stage;
 	for (uint32_t j = 0; j < n; j++) {
 		const struct urow *u = &ob->uniq[ms[j].uidx];
 		const ember_cache_table *t = &c->tables[u->table];
@@ -308,9 +334,11 @@ static int fetch_round(struct ember_cache *c, struct cbatch *b, uint32_t release
 			init_row(c, u->table, u->row, c->vptr[j]);
 			absent++;
 		} else if (c->st[j] < 0) {
-			return c->st[j];
+			rc = c->st[j];
+			goto undo_stage;
 		} else if (c->vlen[j] != c->vcap[j]) {
-			return EMBER_ECORRUPT; /* a value of another size under a row's key */
+			rc = EMBER_ECORRUPT; /* a value of another size under a row's key */
+			goto undo_stage;
 		} else {
 			bytes += c->vlen[j];
 		}
@@ -321,7 +349,9 @@ static int fetch_round(struct ember_cache *c, struct cbatch *b, uint32_t release
 		c->owner[ms[j].slot] = *u;
 		c->dirty[ms[j].slot] = 0;
 	}
-	slot_store_write(&c->ss, n, c->mv);
+	rc = slot_store_write(&c->ss, n, c->mv); /* gives the staging back, either way */
+	if (rc < 0)
+		return rc;
 	b->mdone += n;
 	stat_add(&c->st_fetched, n);
 	stat_add(&c->st_rounds, 1);
@@ -329,6 +359,10 @@ static int fetch_round(struct ember_cache *c, struct cbatch *b, uint32_t release
 	stat_add(&c->st_bytes_fetched, bytes);
 	stat_add(&c->st_resident, first);
 	return (int)n;
+
+undo_stage:
+	slot_store_unstage(&c->ss);
+	return rc;
 }
 
 /* Plan batch `planned`: the oracle, then every lookup's slot. Rows last used by
@@ -406,6 +440,11 @@ static void *prefetcher_main(void *arg)
 			pthread_mutex_unlock(&c->mu);
 			uint64_t t0 = now_ns();
 			int rc = b->mdone < b->ob.nmiss ? fetch_round(c, b, released) : 0;
+			if (rc >= 0 && b->mdone == b->ob.nmiss && c->ss.where == EMBER_CACHE_SLOTS_GPU) {
+				int rc2 = slot_store_publish(&c->ss, &b->dev, b->lslots, b->nids); /* G1 */
+				if (rc2 < 0)
+					rc = rc2;
+			}
 			stat_add(&c->st_busy_ns, now_ns() - t0);
 			pthread_mutex_lock(&c->mu);
 			if (rc < 0) {
@@ -442,8 +481,10 @@ void ember_cache_options_default(ember_cache_options *opts)
 		memset(opts, 0, sizeof(*opts));
 }
 
-static void batch_free(struct cbatch *b)
+static void batch_free(struct ember_cache *c, struct cbatch *b)
 {
+	if (c->ss.where == EMBER_CACHE_SLOTS_GPU && b->dev.ready)
+		slot_batch_dev_free(&c->ss, &b->dev);
 	em_free(b->parts, 0);
 	em_free(b->pslots, 0);
 	em_free(b->ids, 0);
@@ -455,18 +496,19 @@ static void batch_free(struct cbatch *b)
 	em_free(b->miss, 0);
 }
 
-static void cache_free(struct ember_cache *c)
+/* Frees everything; returns the slot store's close result (device errors). */
+static int cache_free(struct ember_cache *c)
 {
 	if (c->ring)
 		for (uint32_t i = 0; i < c->window; i++)
-			batch_free(&c->ring[i]);
+			batch_free(c, &c->ring[i]);
 	em_free(c->ring, 0);
 	if (c->pst)
 		for (uint32_t t = 0; t < c->ntables; t++)
 			em_free(c->pst[t], 0);
 	em_free(c->pst, 0);
 	oracle_destroy(c->oracle);
-	slot_store_close(&c->ss);
+	int rc = slot_store_close(&c->ss);
 	em_free(c->dirty, 0);
 	em_free(c->owner, 0);
 	em_free(c->kbuf, 0);
@@ -480,6 +522,7 @@ static void cache_free(struct ember_cache *c)
 	em_free(c->mv, 0);
 	em_free(c->tables, 0);
 	em_free(c, sizeof(*c));
+	return rc;
 }
 
 static int check_options(const ember_cache_options *o, uint64_t *total_rows, uint32_t *max_dim)
@@ -502,8 +545,12 @@ static int check_options(const ember_cache_options *o, uint64_t *total_rows, uin
 	    (o->window && o->prefetch_batches > o->window) ||
 	    (!o->window && o->prefetch_batches > 100))
 		return EMBER_EINVAL;
-	if (o->slots == EMBER_CACHE_SLOTS_GPU)
-		return EMBER_EINVAL; /* device slots come with ember_gpu */
+	if (o->slots == EMBER_CACHE_SLOTS_HOST && (o->gpu || o->gpu_backend || o->gpu_device))
+		return EMBER_EINVAL; /* device options without device slots: a mistake */
+	if (o->slots == EMBER_CACHE_SLOTS_GPU &&
+	    ((o->gpu && (o->gpu_backend || o->gpu_device)) || o->gpu_device < 0 ||
+	     o->gpu_backend < EMBER_GPU_BACKEND_AUTO || o->gpu_backend > EMBER_GPU_BACKEND_CUDA))
+		return EMBER_EINVAL;
 	return 0;
 }
 
@@ -562,7 +609,9 @@ int ember_cache_open(ember_db *db, const ember_cache_options *opts, ember_cache 
 	em_free(rows, 0);
 	if (rc < 0)
 		goto undo_cache;
-	rc = slot_store_open(&c->ss, opts->slots, (uint32_t)c->capacity, max_dim);
+	struct slot_gpu_config gcfg = {.gpu = opts->gpu, .backend = opts->gpu_backend,
+				       .device = opts->gpu_device};
+	rc = slot_store_open(&c->ss, opts->slots, (uint32_t)c->capacity, max_dim, c->depth, &gcfg);
 	if (rc < 0)
 		goto undo_cache;
 	rc = EMBER_ENOMEM;
@@ -585,6 +634,11 @@ int ember_cache_open(ember_db *db, const ember_cache_options *opts, ember_cache 
 		goto undo_cache;
 	for (uint64_t s = 0; s < c->capacity; s++)
 		c->owner[s] = (struct urow){.table = ORACLE_NONE};
+	if (c->ss.where == EMBER_CACHE_SLOTS_GPU)
+		for (uint32_t i = 0; i < c->window; i++)
+			if ((rc = slot_batch_dev_init(&c->ss, &c->ring[i].dev)) < 0)
+				goto undo_cache;
+	rc = EMBER_ENOMEM;
 	for (uint32_t t = 0; t < c->ntables; t++) {
 		/* zeroed and mapped lazily: rows never pushed cost no memory */
 		c->pst[t] = em_zalloc(c->tables[t].rows * sizeof(struct pstate));
@@ -647,7 +701,9 @@ int ember_cache_close(ember_cache *c)
 	pthread_cond_destroy(&c->tr_cv);
 	pthread_cond_destroy(&c->pf_cv);
 	pthread_mutex_destroy(&c->mu);
-	cache_free(c);
+	rc2 = cache_free(c);
+	if (rc == 0)
+		rc = rc2;
 	return rc;
 }
 
@@ -715,6 +771,8 @@ int ember_cache_push(ember_cache *c, const ember_cache_batch *batch)
 			return EMBER_EINVAL;
 		nids += pt->n;
 	}
+	if (c->ss.where == EMBER_CACHE_SLOTS_GPU && nids > INT32_MAX)
+		return EMBER_ETOOBIG; /* the kernels take at most 2^31 - 1 lookups */
 	pthread_mutex_lock(&c->mu);
 	int rc = c->failed ? EMBER_ESTATE
 		 : c->pushed - c->released >= c->window ? EMBER_EAGAIN
@@ -808,6 +866,20 @@ static int acquire(ember_cache *c, ember_cache_view *v, int wait)
 	v->slot_stride = c->ss.stride;
 	v->flags = 0;
 	v->reserved_ = 0;
+	v->done = NULL;
+	if (c->ss.where == EMBER_CACHE_SLOTS_GPU) {
+		v->gpu = c->ss.g;
+		v->arena = c->ss.arena;
+		v->dev_slots = b->dev.dev_slots;
+		v->nlookups = b->nids;
+		v->ready = b->dev.ready; /* G1 */
+	} else {
+		v->gpu = NULL;
+		v->arena = NULL;
+		v->dev_slots = NULL;
+		v->nlookups = b->nids;
+		v->ready = NULL;
+	}
 	v->internal_ = b;
 	c->acquired++;
 	c->holding = 1;
@@ -834,6 +906,9 @@ int ember_cache_release(ember_cache *c, ember_cache_view *v)
 	    v->internal_ != &c->ring[(c->acquired - 1) % c->window])
 		return EMBER_ESTATE;
 	struct cbatch *b = v->internal_;
+	int rc = slot_store_order(&c->ss, v->done); /* G2: before `released` moves */
+	if (rc < 0)
+		return rc;
 	if (!(v->flags & EMBER_CACHE_VIEW_READONLY))
 		for (uint32_t k = 0; k < b->ob.nuniq; k++)
 			c->dirty[b->uslot[k]] = 1; /* C5 */

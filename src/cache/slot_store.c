@@ -1,8 +1,9 @@
 /*
- * slot_store.c - host-memory slots, and the row format conversions (fp32 and
- * fp16 in the store, fp32 in slots). See slot_store.h.
+ * slot_store.c - host-memory slots, the row format conversions (fp32 and fp16
+ * in the store, fp32 in slots), and the dispatch to GPU slots (slot_store_gpu.c).
+ * See slot_store.h.
  *
- * Slot memory is one anonymous mapping (zero pages until touched), each slot
+ * Host slot memory is one anonymous mapping (zero pages until touched), each slot
  * `stride` floats, stride rounded up to 16 bytes so rows stay 16-byte aligned.
  */
 #include "cache/slot_store.h"
@@ -18,13 +19,24 @@ size_t slot_row_bytes(uint32_t dim, uint32_t storage)
 	return (size_t)dim * (storage == EMBER_CACHE_STORE_FP16 ? 2 : 4);
 }
 
-int slot_store_open(struct slot_store *ss, uint32_t where, uint32_t nslots, uint32_t max_dim)
+int slot_store_open(struct slot_store *ss, uint32_t where, uint32_t nslots, uint32_t max_dim,
+		    uint32_t depth, const struct slot_gpu_config *gpu)
 {
 	memset(ss, 0, sizeof(*ss));
-	if (where != EMBER_CACHE_SLOTS_HOST || nslots == 0 || max_dim == 0)
+	if (nslots == 0 || max_dim == 0 || depth == 0 ||
+	    (where == EMBER_CACHE_SLOTS_GPU && !gpu) ||
+	    (where != EMBER_CACHE_SLOTS_HOST && where != EMBER_CACHE_SLOTS_GPU))
 		return EMBER_EINVAL;
 	ss->where = where;
 	ss->nslots = nslots;
+	ss->max_dim = max_dim;
+	ss->depth = depth;
+	if (where == EMBER_CACHE_SLOTS_GPU) {
+		int rc = slot_gpu_open(ss, gpu);
+		if (rc < 0)
+			memset(ss, 0, sizeof(*ss));
+		return rc;
+	}
 	ss->stride = ((size_t)max_dim + 3) & ~(size_t)3;
 	ss->bytes = (size_t)nslots * ss->stride * sizeof(float);
 	void *p = mmap(NULL, ss->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -36,12 +48,17 @@ int slot_store_open(struct slot_store *ss, uint32_t where, uint32_t nslots, uint
 	return 0;
 }
 
-void slot_store_close(struct slot_store *ss)
+int slot_store_close(struct slot_store *ss)
 {
 	if (!ss || !ss->mem)
-		return;
-	munmap(ss->mem, ss->bytes);
+		return 0;
+	int rc = 0;
+	if (ss->where == EMBER_CACHE_SLOTS_GPU)
+		rc = slot_gpu_close(ss);
+	else
+		munmap(ss->mem, ss->bytes);
 	memset(ss, 0, sizeof(*ss));
+	return rc;
 }
 
 uint16_t slot_f32_to_f16(float f)
@@ -102,30 +119,65 @@ float slot_f16_to_f32(uint16_t h)
 	return f;
 }
 
-void slot_store_write(struct slot_store *ss, size_t n, const struct slot_move *m)
+void slot_row_to_f32(float *dst, const void *src, uint32_t dim, uint32_t storage)
 {
-	for (size_t i = 0; i < n; i++) {
-		float *dst = ss->mem + (size_t)m[i].slot * ss->stride;
-		if (m[i].storage == EMBER_CACHE_STORE_FP16) {
-			const uint16_t *src = m[i].buf;
-			for (uint32_t j = 0; j < m[i].dim; j++)
-				dst[j] = slot_f16_to_f32(src[j]);
-		} else {
-			memcpy(dst, m[i].buf, (size_t)m[i].dim * sizeof(float));
+	if (storage == EMBER_CACHE_STORE_FP16) {
+		/* descending, so that dst may be src (in place: element j's 4 bytes
+		 * overwrite fp16 elements 2j and 2j+1, which are >= j, already read) */
+		const uint16_t *h = src;
+		for (uint32_t j = dim; j-- > 0;) {
+			uint16_t x = h[j];
+			dst[j] = slot_f16_to_f32(x);
 		}
+	} else if ((const void *)dst != src) {
+		memcpy(dst, src, (size_t)dim * sizeof(float));
 	}
 }
 
-void slot_store_read(const struct slot_store *ss, size_t n, const struct slot_move *m)
+void slot_row_from_f32(void *dst, const float *src, uint32_t dim, uint32_t storage)
 {
-	for (size_t i = 0; i < n; i++) {
-		const float *src = ss->mem + (size_t)m[i].slot * ss->stride;
-		if (m[i].storage == EMBER_CACHE_STORE_FP16) {
-			uint16_t *dst = m[i].buf;
-			for (uint32_t j = 0; j < m[i].dim; j++)
-				dst[j] = slot_f32_to_f16(src[j]);
-		} else {
-			memcpy(m[i].buf, src, (size_t)m[i].dim * sizeof(float));
-		}
+	if (storage == EMBER_CACHE_STORE_FP16) {
+		uint16_t *h = dst;
+		for (uint32_t j = 0; j < dim; j++)
+			h[j] = slot_f32_to_f16(src[j]);
+	} else {
+		memcpy(dst, src, (size_t)dim * sizeof(float));
 	}
+}
+
+int slot_store_stage(struct slot_store *ss, size_t n, uint8_t *host_stage, void **bufs)
+{
+	if (n == 0 || n > ss->depth)
+		return EMBER_EINVAL;
+	if (ss->where == EMBER_CACHE_SLOTS_GPU)
+		return slot_gpu_stage(ss, n, bufs);
+	for (size_t j = 0; j < n; j++)
+		bufs[j] = host_stage + j * (size_t)ss->max_dim * sizeof(float);
+	return 0;
+}
+
+void slot_store_unstage(struct slot_store *ss)
+{
+	if (ss->where == EMBER_CACHE_SLOTS_GPU)
+		slot_gpu_unstage(ss);
+}
+
+int slot_store_write(struct slot_store *ss, size_t n, const struct slot_move *m)
+{
+	if (ss->where == EMBER_CACHE_SLOTS_GPU)
+		return slot_gpu_write(ss, n, m);
+	for (size_t i = 0; i < n; i++)
+		slot_row_to_f32(ss->mem + (size_t)m[i].slot * ss->stride, m[i].buf, m[i].dim,
+				m[i].storage);
+	return 0;
+}
+
+int slot_store_read(struct slot_store *ss, size_t n, const struct slot_move *m)
+{
+	if (ss->where == EMBER_CACHE_SLOTS_GPU)
+		return slot_gpu_read(ss, n, m);
+	for (size_t i = 0; i < n; i++)
+		slot_row_from_f32(m[i].buf, ss->mem + (size_t)m[i].slot * ss->stride, m[i].dim,
+				  m[i].storage);
+	return 0;
 }

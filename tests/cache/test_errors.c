@@ -85,7 +85,12 @@ static void test_open(void)
 	o.init = 2;
 	CHECK_RC(ember_cache_open(db, &o, &c), EMBER_EINVAL);
 	base_opts(&o);
-	o.slots = EMBER_CACHE_SLOTS_GPU; /* documented: not available until ember_gpu */
+	o.slots = EMBER_CACHE_SLOTS_HOST;
+	o.gpu_backend = EMBER_GPU_BACKEND_HOST; /* device options need device slots */
+	CHECK_RC(ember_cache_open(db, &o, &c), EMBER_EINVAL);
+	base_opts(&o);
+	o.slots = EMBER_CACHE_SLOTS_GPU;
+	o.gpu_device = -1; /* more in test_gpu_slots.c */
 	CHECK_RC(ember_cache_open(db, &o, &c), EMBER_EINVAL);
 	base_opts(&o);
 	o.slots = 7;

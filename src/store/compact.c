@@ -144,6 +144,7 @@ static int scan_next(struct scan *sc, uint64_t *a, uint64_t until, int may_move,
 struct live_ctx {
 	struct cand *cand;
 	int phase;
+	int rc; /* the first lookup that failed (not "not found"): decides nothing */
 };
 
 static void live_done(void *ctx, struct lookup *l, int status, struct record *rec, int in_memory)
@@ -152,6 +153,8 @@ static void live_done(void *ctx, struct lookup *l, int status, struct record *re
 	(void)in_memory;
 	struct live_ctx *lc = ctx;
 	struct cand *c = &lc->cand[l->user];
+	if (status < 0 && status != EMBER_ENOTFOUND && !lc->rc)
+		lc->rc = status;
 	c->live = status == 0 && l->phase == lc->phase && l->found == c->addr;
 	c->entry = l->entry;
 }
@@ -163,6 +166,8 @@ static void shadow_done(void *ctx, struct lookup *l, int status, struct record *
 	(void)rec;
 	(void)in_memory;
 	struct live_ctx *lc = ctx;
+	if (status < 0 && status != EMBER_ENOTFOUND && !lc->rc)
+		lc->rc = status;
 	lc->cand[l->user].live = status != 0; /* not in hot: still a candidate */
 }
 
@@ -182,22 +187,25 @@ static void lookup_for(struct lookup *l, struct cand *c, size_t user, int phase,
 static int group_liveness(ember_session *s, struct cand *cand, size_t n, int kind,
 			  struct lookup *lk)
 {
-	struct live_ctx lc = {cand, kind == COMPACT_HOT ? LK_HOT : LK_COLD};
+	struct live_ctx lc = {cand, kind == COMPACT_HOT ? LK_HOT : LK_COLD, 0};
+	int rc;
 	if (kind == COMPACT_HOT) {
 		for (size_t i = 0; i < n; i++)
 			lookup_for(&lk[i], &cand[i], i, LK_HOT, LK_HOT_ONLY);
-		return lookups_run(s, lk, n, live_done, &lc);
+		rc = lookups_run(s, lk, n, live_done, &lc);
+		return rc < 0 ? rc : lc.rc;
 	}
 	for (size_t i = 0; i < n; i++)
 		lookup_for(&lk[i], &cand[i], i, LK_HOT, LK_HOT_ONLY);
-	int rc = lookups_run(s, lk, n, shadow_done, &lc);
-	if (rc < 0)
-		return rc;
+	rc = lookups_run(s, lk, n, shadow_done, &lc);
+	if (rc < 0 || lc.rc < 0)
+		return rc < 0 ? rc : lc.rc;
 	size_t m = 0;
 	for (size_t i = 0; i < n; i++)
 		if (cand[i].live)
 			lookup_for(&lk[m++], &cand[i], i, LK_COLD, LK_COLD_ONLY);
-	return m ? lookups_run(s, lk, m, live_done, &lc) : 0;
+	rc = m ? lookups_run(s, lk, m, live_done, &lc) : 0;
+	return rc < 0 ? rc : lc.rc;
 }
 
 static int chunk_copy(struct compactor *c, ember_session *s, uint64_t a, struct record *r,

@@ -253,17 +253,27 @@ undo_open:
 	return rc;
 }
 
-static int super_write(struct em_ring *ring, const char *path, const struct store_geometry *g)
+/* The superblock is written whole to ember.super.tmp, fsynced, renamed over
+ * ember.super, and the directory fsynced: a failure at any step leaves no
+ * ember.super behind (and never a half-written one that would refuse every later
+ * open as EMBER_ENOTEMBER). */
+static int super_write(struct em_ring *ring, const char *dir, const char *path,
+		       const struct store_geometry *g)
 {
 	struct em_file f;
-	int rc = em_file_open(&f, path, EM_FILE_CREATE | EM_FILE_TRUNCATE);
-	if (rc < 0)
-		return rc;
+	int rc;
+	size_t pl = strlen(path);
+	char *tmp = em_alloc(pl + 5);
 	uint8_t *sb = em_alloc_aligned(EM_IO_ALIGN, SUPER_SIZE);
-	if (!sb) {
+	if (!tmp || !sb) {
 		rc = EMBER_ENOMEM;
-		goto undo_open;
+		goto undo_alloc;
 	}
+	memcpy(tmp, path, pl);
+	memcpy(tmp + pl, ".tmp", 5);
+	rc = em_file_open(&f, tmp, EM_FILE_CREATE | EM_FILE_TRUNCATE);
+	if (rc < 0)
+		goto undo_alloc;
 	memset(sb, 0, SUPER_SIZE);
 	memcpy(sb, SUPER_MAGIC, 8);
 	uint32_t version = FORMAT_VERSION, page = (uint32_t)g->page_size;
@@ -282,9 +292,24 @@ static int super_write(struct em_ring *ring, const char *path, const struct stor
 	rc = em_io_pwrite(ring, &f, sb, SUPER_SIZE, 0);
 	if (rc == 0)
 		rc = em_io_fsync(ring, &f);
-	em_free(sb, SUPER_SIZE);
-undo_open:
 	em_file_close(&f);
+	if (rc == 0 && rename(tmp, path) != 0)
+		rc = -errno;
+	if (rc < 0) {
+		unlink(tmp);
+		goto undo_alloc;
+	}
+	/* the rename is durable once the directory is */
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0) {
+		rc = -errno;
+		goto undo_alloc;
+	}
+	rc = fsync(dfd) == 0 ? 0 : -errno;
+	close(dfd);
+undo_alloc:
+	em_free(sb, SUPER_SIZE);
+	em_free(tmp, 0);
 	return rc;
 }
 
@@ -308,7 +333,7 @@ static int super_step(struct ember_db *db, int write, struct store_geometry *geo
 		goto undo_ring;
 	}
 	if (write) {
-		rc = super_write(&ring, path, geo);
+		rc = super_write(&ring, db->dir, path, geo);
 	} else {
 		int truncate = (db->opts.flags & EMBER_OPEN_TRUNCATE) != 0;
 		*recover = 0;

@@ -28,7 +28,9 @@
  * Also checked: the device slot array equals the host slots[][] of the view; on
  * the host backend, ember_cache_row() points at the row the gather returned.
  *
- * Then the bad inputs of the GPU options and of release's `done`.
+ * Before it: the bad inputs of the GPU options and of release's `done`; and the
+ * same rows (stored fp32 and fp16 values, absent rows initialised at random)
+ * fetched through host slots and through GPU slots must be bit-identical.
  */
 #include "cache/slot_store.h"
 #include "ember.h"
@@ -513,11 +515,106 @@ static void bad_inputs(int backend)
 	tu_tmpdir_remove(dir);
 }
 
+/*
+ * The same rows through host slots and through GPU slots: rows in the store (fp32
+ * and fp16 values) and absent rows initialised uniformly at random must arrive
+ * bit-identical, the padding beyond a narrower table's dim zero.
+ */
+static void same_as_host(int backend)
+{
+	char dir[256];
+	CHECK(tu_tmpdir_make("cache-gpu-same", dir, sizeof(dir)) == 0, "tmpdir");
+	ember_db *db = NULL;
+	ember_session *s = NULL;
+	open_store(dir, &db);
+	CHECK_OK(ember_session_open(db, &s));
+	tu_rng *rng = tu_rng_global();
+	/* every table: rows 0..29 requested, the even ones stored with random values */
+	enum { R = 30 };
+	uint64_t rows[R];
+	for (uint32_t i = 0; i < R; i++)
+		rows[i] = i;
+	for (uint32_t t = 0; t < NT; t++)
+		for (uint32_t r = 0; r < R; r += 2) {
+			uint8_t key[8], val[64];
+			uint64_t k = (uint64_t)t << 48 | r;
+			for (int i = 0; i < 8; i++)
+				key[i] = (uint8_t)(k >> (8 * i));
+			for (uint32_t j = 0; j < DIM[t]; j++) {
+				float f = (float)tu_rng_below(rng, 1u << 20) / 1024.0f - 512.0f;
+				if (STORAGE[t] == EMBER_CACHE_STORE_FP16) {
+					uint16_t h = slot_f32_to_f16(f);
+					memcpy(val + 2 * j, &h, 2);
+				} else {
+					memcpy(val + 4 * j, &f, 4);
+				}
+			}
+			CHECK_OK(ember_put(s, key, 8, val, slot_row_bytes(DIM[t], STORAGE[t])));
+		}
+	ember_cache_part parts[NT];
+	for (uint32_t t = 0; t < NT; t++)
+		parts[t] = (ember_cache_part){.table = t, .n = R, .rows = rows};
+	ember_cache_batch batch = {.nparts = NT, .parts = parts};
+	static float host_rows[NT * R][MAXDIM], dev_rows[NT * R][MAXDIM];
+
+	for (int gpu = 0; gpu < 2; gpu++) {
+		ember_cache_options o;
+		base_opts(&o);
+		o.init = EMBER_CACHE_INIT_UNIFORM;
+		o.init_scale = 3.0f;
+		o.init_seed = tu_seed();
+		o.prefetch_depth = 13; /* several rounds */
+		if (gpu) {
+			o.slots = EMBER_CACHE_SLOTS_GPU;
+			o.gpu_backend = backend;
+		}
+		ember_cache *c = NULL;
+		CHECK_OK(ember_cache_open(db, &o, &c));
+		CHECK_OK(ember_cache_push(c, &batch));
+		ember_cache_view v;
+		CHECK_OK(ember_cache_acquire(c, &v));
+		if (!gpu) {
+			for (uint32_t p = 0, at = 0; p < NT; p++)
+				for (uint32_t i = 0; i < R; i++, at++)
+					memcpy(host_rows[at], ember_cache_row(&v, p, i),
+					       DIM[p] * sizeof(float));
+		} else {
+			struct trainer tr = {0};
+			trainer_bind(&tr, v.gpu);
+			CHECK(v.nlookups == NT * R, "nlookups");
+			CHECK_OK(ember_gpu_stream_wait_event(tr.s, v.ready));
+			CHECK_OK(ember_gpu_memset(tr.s, tr.dev_out, 0xff, NT * R * MAXDIM * 4));
+			CHECK_OK(ember_gpu_gather(tr.s, v.arena, v.dev_slots, NT * R, tr.dev_out, 0));
+			CHECK_OK(ember_gpu_copy_d2h(tr.s, dev_rows, tr.dev_out, sizeof(dev_rows)));
+			CHECK_OK(ember_gpu_stream_synchronize(tr.s));
+			trainer_unbind(&tr);
+		}
+		v.flags |= EMBER_CACHE_VIEW_READONLY;
+		CHECK_OK(ember_cache_release(c, &v));
+		CHECK_OK(ember_cache_close(c));
+	}
+	uint32_t nonzero = 0;
+	for (uint32_t p = 0, at = 0; p < NT; p++)
+		for (uint32_t i = 0; i < R; i++, at++) {
+			CHECK(memcmp(host_rows[at], dev_rows[at], DIM[p] * sizeof(float)) == 0,
+			      "table %u row %u differs between host and GPU slots (%g vs %g)", p, i,
+			      host_rows[at][0], dev_rows[at][0]);
+			for (uint32_t j = DIM[p]; j < MAXDIM; j++)
+				CHECK(dev_rows[at][j] == 0.0f, "padding table %u row %u", p, i);
+			nonzero += host_rows[at][0] != 0.0f;
+		}
+	CHECK(nonzero > NT * R / 2, "the rows are not all zero (%u)", nonzero);
+	CHECK_OK(ember_session_close(s));
+	CHECK_OK(ember_close(db));
+	tu_tmpdir_remove(dir);
+}
+
 int main(int argc, char **argv)
 {
 	tu_init("cache_gpu_slots", argc, argv);
 	int backend = gt_backend(argc, argv, "cache_gpu_slots");
 	bad_inputs(backend);
+	same_as_host(backend);
 	/* "stress" (suite stress): the loop 4 times over. Not longer traces: the fp16
 	 * table's hottest rows would pass 2048 updates, beyond exact integers. */
 	uint64_t rounds = gt_stress(argc, argv) / 2;

@@ -27,11 +27,15 @@
  * non-empty bucket above the batch being planned; `hi` remembers the highest
  * bucket that may be non-empty, so the scan is amortised O(1).
  *
- * Planning batch p (oracle_plan) runs three passes over p's distinct rows:
+ * Planning batch p (oracle_plan) runs these passes over p's distinct rows:
  *   1. rows with a slot are hits (they sit in bucket p); the others are misses;
- *   2. each miss takes a never-used slot or evicts a victim (never one of p's
+ *   2a. each miss takes a never-used slot or evicts a victim (never one of p's
  *      rows: they are in bucket p or not yet in any bucket, and the search stops
- *      above p);
+ *      above p); only slots are touched;
+ *   2b. the per-row state of every victim (slot dropped) and every admitted row
+ *      (slot taken); the two sets are disjoint, so splitting 2a from 2b changes no
+ *      decision, and 2b can prefetch both rows a fixed distance ahead (in one pass
+ *      each victim's state was a dependent miss: never entry -> slot -> row);
  *   3. every row of p records p as its slot's last use and moves to the bucket of
  *      its next use (or the tail of "never"); bucket p is then empty.
  *
@@ -64,8 +68,15 @@
  *       2 x capacity + 1 entries, so link and plan never allocate.
  *
  * Cost: link is one random access per distinct row (its per-row state) plus one
- * to the earlier occurrence's `next`; plan is two per distinct row (per-row state
- * and slot) plus O(1) amortised bucket work per miss. No hashing, no allocation.
+ * to the earlier occurrence's `next` or to the row's slot; plan is two per
+ * distinct row (per-row state and slot) plus, per miss, the victim's slot and
+ * per-row state and O(1) amortised bucket work. No hashing, no allocation, no
+ * division (ring positions are masks: the ring is rounded up to a power of two).
+ * Every random access is prefetched PF_AHEAD items ahead in the walk that needs
+ * it (the batch's rows are known up front; in link, a second stage PF_AHEAD / 2
+ * ahead reads the prefetched row state and prefetches what it points to), so the
+ * misses overlap: planning runs at the memory system's throughput for random
+ * lines, not at its latency. See docs/cache.md for the measured figures.
  */
 #include "cache/oracle.h"
 
@@ -101,8 +112,9 @@ struct oracle {
 	uint32_t nused; /* slots handed out so far; slots >= nused were never used */
 	struct oslot *slot;
 	uint32_t ring;
-	uint32_t *head;            /* [ring]: top of each finite bucket's stack */
-	struct obatch **pending;   /* [ring]: linked, unplanned batches by seq % ring */
+	uint32_t rmask;            /* ring rounded up to a power of two, minus 1 */
+	uint32_t *head;            /* [rmask + 1]: top of each finite bucket's stack */
+	struct obatch **pending;   /* [rmask + 1]: linked, unplanned batches by seq & rmask */
 	uint64_t *never;           /* entries: slot | gen << 32 */
 	uint32_t never_head, never_n, never_cap;
 	uint32_t planned, linked;
@@ -110,7 +122,7 @@ struct oracle {
 };
 
 /* How far ahead the walks over a batch's rows prefetch their per-row state. */
-#define PF_AHEAD 16
+#define PF_AHEAD 32
 /* Per-row state of at least this many bytes gets a mapping of its own (huge pages). */
 #define ROWST_MAP_MIN (2u << 20)
 /* Bucket entries the victim searches of one plan walk at most looking for unpinned
@@ -129,6 +141,13 @@ int oracle_create(struct oracle **out, uint32_t ntables, const uint64_t *rows,
 	if (!out || ntables == 0 || !rows || capacity == 0 || capacity > ORACLE_MAX_BATCHES ||
 	    ring == 0)
 		return EMBER_EINVAL;
+	/* bucket and batch ring indices by mask, not by a division per row: any
+	 * size >= ring keeps the keys [planned, linked) apart */
+	uint32_t rsz = 1;
+	while (rsz < ring && rsz < (1u << 31))
+		rsz <<= 1;
+	if (rsz < ring)
+		return EMBER_EINVAL;
 	*out = NULL;
 	int rc = EMBER_ENOMEM;
 	struct oracle *o = em_zalloc(sizeof(*o));
@@ -137,12 +156,13 @@ int oracle_create(struct oracle **out, uint32_t ntables, const uint64_t *rows,
 	o->ntables = ntables;
 	o->capacity = (uint32_t)capacity;
 	o->ring = ring;
+	o->rmask = rsz - 1;
 	o->rows = em_zalloc(ntables * sizeof(uint64_t));
 	o->rowst = em_zalloc(ntables * sizeof(*o->rowst));
 	o->rowst_bytes = em_zalloc(ntables * sizeof(size_t));
 	o->slot = em_zalloc(capacity * sizeof(struct oslot));
-	o->head = em_alloc(ring * sizeof(uint32_t));
-	o->pending = em_zalloc(ring * sizeof(*o->pending));
+	o->head = em_alloc((size_t)rsz * sizeof(uint32_t));
+	o->pending = em_zalloc((size_t)rsz * sizeof(*o->pending));
 	o->never_cap = (uint32_t)(2 * capacity + 1 > UINT32_MAX ? UINT32_MAX : 2 * capacity + 1);
 	o->never = em_alloc((size_t)o->never_cap * sizeof(uint64_t));
 	if (!o->rows || !o->rowst || !o->rowst_bytes || !o->slot || !o->head || !o->pending ||
@@ -171,7 +191,7 @@ int oracle_create(struct oracle **out, uint32_t ntables, const uint64_t *rows,
 		madvise(m, o->rowst_bytes[t], MADV_HUGEPAGE);
 		o->rowst[t] = m;
 	}
-	for (uint32_t r = 0; r < ring; r++)
+	for (uint32_t r = 0; r < rsz; r++)
 		o->head[r] = ORACLE_NONE;
 	for (uint64_t s = 0; s < capacity; s++) {
 		o->slot[s].key = ORACLE_NONE;
@@ -210,7 +230,7 @@ void oracle_destroy(struct oracle *o)
 
 static inline void bucket_push(struct oracle *o, uint32_t s, uint32_t q)
 {
-	uint32_t *h = &o->head[q % o->ring];
+	uint32_t *h = &o->head[q & o->rmask];
 	o->slot[s].key = q;
 	o->slot[s].gen++;
 	o->slot[s].nextb = *h;
@@ -225,6 +245,8 @@ static void never_compact(struct oracle *o)
 	uint32_t w = 0;
 	for (uint32_t i = o->never_head; i < o->never_n; i++) {
 		uint64_t e = o->never[i];
+		if (i + PF_AHEAD < o->never_n) /* the slots are random: overlap their misses */
+			__builtin_prefetch(&o->slot[(uint32_t)o->never[i + PF_AHEAD]]);
 		if (o->slot[(uint32_t)e].gen == (uint32_t)(e >> 32))
 			o->never[w++] = e;
 	}
@@ -242,7 +264,7 @@ static inline void never_push(struct oracle *o, uint32_t s)
 void oracle_link(struct oracle *o, struct obatch *b)
 {
 	uint32_t q = b->seq;
-	o->pending[q % o->ring] = b;
+	o->pending[q & o->rmask] = b;
 	for (uint32_t k = 0; k < b->nuniq; k++) {
 		const struct urow *u = &b->uniq[k];
 		struct orow *r = &o->rowst[u->table][u->row];
@@ -250,10 +272,18 @@ void oracle_link(struct oracle *o, struct obatch *b)
 			const struct urow *f = &b->uniq[k + PF_AHEAD];
 			__builtin_prefetch(&o->rowst[f->table][f->row], 1);
 		}
+		if (k + PF_AHEAD / 2 < b->nuniq) { /* and of what that state points to */
+			const struct urow *f = &b->uniq[k + PF_AHEAD / 2];
+			const struct orow *fr = &o->rowst[f->table][f->row];
+			if (fr->seen1 != 0 && fr->seen1 - 1 >= o->planned)
+				__builtin_prefetch(&o->pending[(fr->seen1 - 1) & o->rmask]->next[fr->pos], 1);
+			else if (fr->slot1 != 0)
+				__builtin_prefetch(&o->slot[fr->slot1 - 1], 1);
+		}
 		b->next[k] = ORACLE_NONE;
 		if (r->seen1 != 0 && r->seen1 - 1 >= o->planned) {
 			/* the earlier occurrence is still unplanned: it learns its next use */
-			o->pending[(r->seen1 - 1) % o->ring]->next[r->pos] = q;
+			o->pending[(r->seen1 - 1) & o->rmask]->next[r->pos] = q;
 		} else if (r->slot1 != 0) {
 			/* resident, last use planned, next use unknown until now: leave
 			 * "never" (its entry goes stale) for bucket q */
@@ -284,7 +314,7 @@ static uint32_t pop_victim(struct oracle *o, uint32_t p, uint32_t pinned, uint64
 	}
 	/* (2): an unpinned row in the highest buckets */
 	for (uint32_t q = o->hi; q > p && *budget > 0; q--) {
-		uint32_t *link = &o->head[q % o->ring];
+		uint32_t *link = &o->head[q & o->rmask];
 		if (*link == ORACLE_NONE && q == o->hi)
 			o->hi = q - 1; /* the top bucket is empty: never scan it again */
 		for (uint32_t s = *link; s != ORACLE_NONE && *budget > 0; s = *link, (*budget)--) {
@@ -300,7 +330,7 @@ static uint32_t pop_victim(struct oracle *o, uint32_t p, uint32_t pinned, uint64
 		return (uint32_t)o->never[o->never_head++];
 	/* (4) */
 	for (uint32_t q = o->hi; q > p; q--) {
-		uint32_t *h = &o->head[q % o->ring];
+		uint32_t *h = &o->head[q & o->rmask];
 		if (*h != ORACLE_NONE) {
 			uint32_t s = *h;
 			*h = o->slot[s].nextb;
@@ -327,11 +357,12 @@ void oracle_plan(struct oracle *o, struct obatch *b, uint32_t pinned)
 		}
 		uint32_t s1 = o->rowst[u->table][u->row].slot1;
 		b->slot[k] = s1 - 1; /* ORACLE_NONE when s1 is 0 */
-		if (s1 == 0)
-			b->miss[nmiss++].uidx = k;
+		b->miss[nmiss].uidx = k; /* without a branch: hits and misses mix at random */
+		nmiss += s1 == 0;
 	}
 
-	/* pass 2: admissions, each into a never-used slot or a victim's */
+	/* pass 2a: admissions, each into a never-used slot or a victim's; only the
+	 * slots are touched here (the victims' per-row state waits for pass 2b) */
 	for (uint32_t m = 0; m < nmiss; m++) {
 		struct omiss *mi = &b->miss[m];
 		const struct urow *u = &b->uniq[mi->uidx];
@@ -342,10 +373,13 @@ void oracle_plan(struct oracle *o, struct obatch *b, uint32_t pinned)
 			mi->vrow = 0;
 			mi->vlast = ORACLE_NONE;
 		} else {
+			/* the victims to come are mostly the next entries of "never" */
+			if (o->never_head + PF_AHEAD < o->never_n)
+				__builtin_prefetch(&o->slot[(uint32_t)o->never[o->never_head +
+									 PF_AHEAD]], 1);
 			s = pop_victim(o, p, pinned, &budget);
 			/* the caller guarantees nuniq <= capacity, so a victim exists */
 			struct oslot *v = &o->slot[s];
-			o->rowst[v->table][v->row].slot1 = 0;
 			mi->vtable = v->table;
 			mi->vrow = v->row;
 			mi->vlast = v->lu;
@@ -354,14 +388,30 @@ void oracle_plan(struct oracle *o, struct obatch *b, uint32_t pinned)
 		}
 		o->slot[s].table = u->table;
 		o->slot[s].row = u->row;
-		o->rowst[u->table][u->row].slot1 = s + 1;
 		mi->slot = s;
 		b->slot[mi->uidx] = s;
+	}
+	/* pass 2b: the per-row state of victims and admitted rows, prefetched ahead
+	 * (the two sets are disjoint: a victim is never a row of batch p, so the
+	 * order of these writes does not matter) */
+	for (uint32_t m = 0; m < nmiss; m++) {
+		const struct omiss *mi = &b->miss[m];
+		if (m + PF_AHEAD < nmiss) {
+			const struct omiss *f = &b->miss[m + PF_AHEAD];
+			if (f->vtable != ORACLE_NONE)
+				__builtin_prefetch(&o->rowst[f->vtable][f->vrow], 1);
+			const struct urow *fu = &b->uniq[f->uidx];
+			__builtin_prefetch(&o->rowst[fu->table][fu->row], 1);
+		}
+		if (mi->vtable != ORACLE_NONE)
+			o->rowst[mi->vtable][mi->vrow].slot1 = 0;
+		const struct urow *u = &b->uniq[mi->uidx];
+		o->rowst[u->table][u->row].slot1 = mi->slot + 1;
 	}
 	b->nmiss = nmiss;
 
 	/* pass 3: every row of p moves to the bucket of its next use */
-	o->head[p % o->ring] = ORACLE_NONE;
+	o->head[p & o->rmask] = ORACLE_NONE;
 	if (o->never_n + b->nuniq > o->never_cap)
 		never_compact(o);
 	for (uint32_t k = 0; k < b->nuniq; k++) {
@@ -374,7 +424,7 @@ void oracle_plan(struct oracle *o, struct obatch *b, uint32_t pinned)
 		else
 			bucket_push(o, s, b->next[k]);
 	}
-	o->pending[p % o->ring] = NULL;
+	o->pending[p & o->rmask] = NULL;
 	o->planned = p + 1;
 	if (o->hi < o->planned)
 		o->hi = o->planned;
@@ -431,7 +481,7 @@ int oracle_check(const struct oracle *o)
 	uint64_t placed = 0;
 	for (uint32_t q = o->planned; q < o->linked; q++) {
 		uint32_t n = 0;
-		for (uint32_t s = o->head[q % o->ring]; s != ORACLE_NONE; s = o->slot[s].nextb) {
+		for (uint32_t s = o->head[q & o->rmask]; s != ORACLE_NONE; s = o->slot[s].nextb) {
 			if (s >= o->nused || o->slot[s].key != q || ++n > o->capacity)
 				return -__LINE__;
 		}

@@ -60,7 +60,7 @@ struct oracle;
 
 /*
  * ntables tables of rows[t] rows each; capacity slots (1 .. 2^32-2); ring: the
- * most batches linked and not yet planned (>= 1). Returns 0, EMBER_EINVAL or
+ * most batches linked and not yet planned (1 .. 2^31). Returns 0, EMBER_EINVAL or
  * EMBER_ENOMEM. Per-row state is allocated zeroed and touched lazily (12 bytes a
  * row in all).
  */

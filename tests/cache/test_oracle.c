@@ -17,6 +17,9 @@
  *   - half the plans run with pinned rows (last used by a recent batch, as if not
  *     released): then a pinned victim is only taken when every row with no next
  *     use is pinned too (Belady's rule is not checked for those plans).
+ * The last rounds use batches of hundreds of distinct rows, longer than the
+ * distance the plan prefetches ahead, so its prefetching and split admission passes
+ * (victims chosen first, per-row state written after) run on long batches too.
  */
 #include "cache/oracle.h"
 #include "ember.h"
@@ -139,17 +142,21 @@ int main(int argc, char **argv)
 {
 	tu_init("cache_oracle", argc, argv);
 	tu_rng *rng = tu_rng_global();
-	uint64_t rounds = tu_scaled(1500);
-	for (uint64_t round = 0; round < rounds; round++) {
+	uint64_t rounds = tu_scaled(1500), big_rounds = tu_scaled(200);
+	for (uint64_t round = 0; round < rounds + big_rounds; round++) {
+		/* the last rounds are big: batches of hundreds of rows, so the plan's
+		 * prefetching walks (PF_AHEAD rows ahead) and the split admission passes
+		 * run over long batches with many misses */
+		int big = round >= rounds;
 		uint32_t ntables = (uint32_t)tu_rng_range(rng, 1, 4);
 		uint64_t rows[4], base[4], total = 0;
 		for (uint32_t t = 0; t < ntables; t++) {
-			rows[t] = tu_rng_range(rng, 1, 200);
+			rows[t] = tu_rng_range(rng, 1, big ? 1500 : 200);
 			base[t] = total;
 			total += rows[t];
 		}
-		uint32_t nb = (uint32_t)tu_rng_range(rng, 1, 120);
-		uint32_t maxlook = (uint32_t)tu_rng_range(rng, 1, 40);
+		uint32_t nb = (uint32_t)tu_rng_range(rng, 1, big ? 40 : 120);
+		uint32_t maxlook = (uint32_t)tu_rng_range(rng, 1, big ? 600 : 40);
 		struct tb *b = calloc(nb, sizeof(*b));
 		uint32_t *stamp = calloc(total, sizeof(uint32_t));
 		CHECK(b && stamp, "calloc");
@@ -234,8 +241,9 @@ int main(int argc, char **argv)
 		free(nu);
 		free(cand);
 	}
-	printf("cache_oracle: %llu rounds, %llu plans, %llu evictions checked\n",
-	       (unsigned long long)rounds, (unsigned long long)plans,
+	printf("cache_oracle: %llu rounds (%llu big), %llu plans, %llu evictions checked\n",
+	       (unsigned long long)(rounds + big_rounds), (unsigned long long)big_rounds,
+	       (unsigned long long)plans,
 	       (unsigned long long)evictions);
 	return 0;
 }

@@ -14,6 +14,10 @@
  *      memory. Read the rows, update them in place, ember_cache_release().
  *   4. ember_cache_flush() writes every updated row back to the store (before a
  *      checkpoint); ember_cache_close() flushes too.
+ *   With slots in GPU memory (slots = EMBER_CACHE_SLOTS_GPU), step 3 happens on
+ *   the device: the view also carries the slots' arena, the lookups' slot indices
+ *   in device memory and an event `ready` to make the trainer's stream wait on;
+ *   release takes the event of the trainer's last work on the batch (`done`).
  *
  * Behind the calls, one prefetcher thread per cache plans each pushed batch (which
  * rows to admit, which to evict: the one whose next use in the window is farthest),

@@ -72,11 +72,11 @@
  * distinct row (per-row state and slot) plus, per miss, the victim's slot and
  * per-row state and O(1) amortised bucket work. No hashing, no allocation, no
  * division (ring positions are masks: the ring is rounded up to a power of two).
- * Every random access is prefetched PF_AHEAD items ahead in the walk that needs
- * it (the batch's rows are known up front; in link, a second stage PF_AHEAD / 2
- * ahead reads the prefetched row state and prefetches what it points to), so the
- * misses overlap: planning runs at the memory system's throughput for random
- * lines, not at its latency. See docs/cache.md for the measured figures.
+ * The random accesses whose address is known ahead are prefetched PF_AHEAD items
+ * ahead in the walk that needs them (a batch's rows are known up front), so their
+ * misses overlap. Measured and dropped (docs/cache.md): a second prefetch stage
+ * in link (read the prefetched row state, prefetch the slot or `next` cell it
+ * points to) and a longer distance: both slowed planning on the bench machine.
  */
 #include "cache/oracle.h"
 
@@ -122,7 +122,7 @@ struct oracle {
 };
 
 /* How far ahead the walks over a batch's rows prefetch their per-row state. */
-#define PF_AHEAD 32
+#define PF_AHEAD 16
 /* Per-row state of at least this many bytes gets a mapping of its own (huge pages). */
 #define ROWST_MAP_MIN (2u << 20)
 /* Bucket entries the victim searches of one plan walk at most looking for unpinned
@@ -271,14 +271,6 @@ void oracle_link(struct oracle *o, struct obatch *b)
 		if (k + PF_AHEAD < b->nuniq) { /* overlap the random accesses' misses */
 			const struct urow *f = &b->uniq[k + PF_AHEAD];
 			__builtin_prefetch(&o->rowst[f->table][f->row], 1);
-		}
-		if (k + PF_AHEAD / 2 < b->nuniq) { /* and of what that state points to */
-			const struct urow *f = &b->uniq[k + PF_AHEAD / 2];
-			const struct orow *fr = &o->rowst[f->table][f->row];
-			if (fr->seen1 != 0 && fr->seen1 - 1 >= o->planned)
-				__builtin_prefetch(&o->pending[(fr->seen1 - 1) & o->rmask]->next[fr->pos], 1);
-			else if (fr->slot1 != 0)
-				__builtin_prefetch(&o->slot[fr->slot1 - 1], 1);
 		}
 		b->next[k] = ORACLE_NONE;
 		if (r->seen1 != 0 && r->seen1 - 1 >= o->planned) {

@@ -103,11 +103,21 @@ struct oslot {
 	uint64_t row;
 };
 
+/* Zeroed memory; regions of BIG_MIN bytes or more are their own mapping, aligned
+ * to 2 MiB and advised to use huge pages (a random walk over them would otherwise
+ * miss the TLB on most accesses); smaller ones come from the allocator. */
+struct bigmem {
+	void *p;
+	void *map;       /* the mapping (NULL: p is from em_zalloc) */
+	size_t bytes, map_bytes;
+};
+
 struct oracle {
 	uint32_t ntables;
 	uint64_t *rows;
-	struct orow **rowst;
-	size_t *rowst_bytes;
+	struct orow **rowst;       /* [ntables]: each table's rows, inside rowst_mem */
+	struct bigmem rowst_mem;   /* every table's per-row state, one region */
+	struct bigmem slot_mem;
 	uint32_t capacity;
 	uint32_t nused; /* slots handed out so far; slots >= nused were never used */
 	struct oslot *slot;
@@ -123,8 +133,9 @@ struct oracle {
 
 /* How far ahead the walks over a batch's rows prefetch their per-row state. */
 #define PF_AHEAD 16
-/* Per-row state of at least this many bytes gets a mapping of its own (huge pages). */
-#define ROWST_MAP_MIN (2u << 20)
+/* Regions of at least this many bytes get a mapping of their own (huge pages). */
+#define BIG_MIN ((size_t)2 << 20)
+#define HUGE_ALIGN ((size_t)2 << 20)
 /* Bucket entries the victim searches of one plan walk at most looking for unpinned
  * rows: PIN_SCAN per distinct row of the batch (bounds the plan's cost at a few
  * more accesses per row when most resident rows are pinned). */
@@ -133,6 +144,33 @@ struct oracle {
 static inline uint64_t never_entry(uint32_t s, uint32_t gen)
 {
 	return (uint64_t)s | (uint64_t)gen << 32;
+}
+
+static int big_zalloc(struct bigmem *m, size_t bytes)
+{
+	m->bytes = bytes;
+	if (bytes < BIG_MIN) {
+		m->p = em_zalloc(bytes ? bytes : 1);
+		return m->p ? 0 : EMBER_ENOMEM;
+	}
+	m->map_bytes = bytes + HUGE_ALIGN;
+	void *a = mmap(NULL, m->map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		       -1, 0);
+	if (a == MAP_FAILED)
+		return EMBER_ENOMEM;
+	m->map = a;
+	m->p = (void *)(((uintptr_t)a + HUGE_ALIGN - 1) & ~(uintptr_t)(HUGE_ALIGN - 1));
+	madvise(m->p, bytes, MADV_HUGEPAGE); /* a hint: without it, 4 KiB pages */
+	return 0;
+}
+
+static void big_free(struct bigmem *m)
+{
+	if (m->map)
+		munmap(m->map, m->map_bytes);
+	else if (m->p)
+		em_free(m->p, m->bytes ? m->bytes : 1);
+	m->p = m->map = NULL;
 }
 
 int oracle_create(struct oracle **out, uint32_t ntables, const uint64_t *rows,
@@ -159,38 +197,32 @@ int oracle_create(struct oracle **out, uint32_t ntables, const uint64_t *rows,
 	o->rmask = rsz - 1;
 	o->rows = em_zalloc(ntables * sizeof(uint64_t));
 	o->rowst = em_zalloc(ntables * sizeof(*o->rowst));
-	o->rowst_bytes = em_zalloc(ntables * sizeof(size_t));
-	o->slot = em_zalloc(capacity * sizeof(struct oslot));
+	if (big_zalloc(&o->slot_mem, capacity * sizeof(struct oslot)) < 0)
+		goto undo_alloc;
+	o->slot = o->slot_mem.p;
 	o->head = em_alloc((size_t)rsz * sizeof(uint32_t));
 	o->pending = em_zalloc((size_t)rsz * sizeof(*o->pending));
 	o->never_cap = (uint32_t)(2 * capacity + 1 > UINT32_MAX ? UINT32_MAX : 2 * capacity + 1);
 	o->never = em_alloc((size_t)o->never_cap * sizeof(uint64_t));
-	if (!o->rows || !o->rowst || !o->rowst_bytes || !o->slot || !o->head || !o->pending ||
-	    !o->never)
+	if (!o->rows || !o->rowst || !o->head || !o->pending || !o->never)
 		goto undo_alloc;
+	uint64_t total = 0;
 	for (uint32_t t = 0; t < ntables; t++) {
 		if (rows[t] == 0) {
 			rc = EMBER_EINVAL;
 			goto undo_alloc;
 		}
+		if (rows[t] > SIZE_MAX / sizeof(struct orow) - total)
+			goto undo_alloc; /* more state than memory can hold: ENOMEM */
 		o->rows[t] = rows[t];
-		o->rowst_bytes[t] = rows[t] * sizeof(struct orow);
-		/* anonymous memory is zero and mapped lazily: untouched rows cost
-		 * nothing; huge pages (where the kernel allows) spare the TLB misses
-		 * of a random walk over millions of rows */
-		if (o->rowst_bytes[t] < ROWST_MAP_MIN) { /* small tables: no mapping each */
-			o->rowst[t] = em_zalloc(o->rowst_bytes[t]);
-			if (!o->rowst[t])
-				goto undo_alloc;
-			continue;
-		}
-		void *m = mmap(NULL, o->rowst_bytes[t], PROT_READ | PROT_WRITE,
-			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (m == MAP_FAILED)
-			goto undo_alloc;
-		madvise(m, o->rowst_bytes[t], MADV_HUGEPAGE);
-		o->rowst[t] = m;
+		total += rows[t];
 	}
+	/* one region for every table (one mapping, however many tables); anonymous
+	 * memory is zero and mapped lazily: untouched rows cost nothing */
+	if (big_zalloc(&o->rowst_mem, total * sizeof(struct orow)) < 0)
+		goto undo_alloc;
+	for (uint64_t t = 0, at = 0; t < ntables; at += rows[t], t++)
+		o->rowst[t] = (struct orow *)o->rowst_mem.p + at;
 	for (uint32_t r = 0; r < rsz; r++)
 		o->head[r] = ORACLE_NONE;
 	for (uint64_t s = 0; s < capacity; s++) {
@@ -210,18 +242,10 @@ void oracle_destroy(struct oracle *o)
 {
 	if (!o)
 		return;
-	for (uint32_t t = 0; o->rowst && t < o->ntables; t++) {
-		if (!o->rowst[t])
-			continue;
-		if (o->rowst_bytes[t] < ROWST_MAP_MIN)
-			em_free(o->rowst[t], o->rowst_bytes[t]);
-		else
-			munmap(o->rowst[t], o->rowst_bytes[t]);
-	}
+	big_free(&o->rowst_mem);
+	big_free(&o->slot_mem);
 	em_free(o->rows, 0);
 	em_free(o->rowst, 0);
-	em_free(o->rowst_bytes, 0);
-	em_free(o->slot, 0);
 	em_free(o->head, 0);
 	em_free(o->pending, 0);
 	em_free(o->never, 0);
@@ -424,11 +448,9 @@ void oracle_plan(struct oracle *o, struct obatch *b, uint32_t pinned)
 
 void oracle_prefault(struct oracle *o)
 {
-	for (uint32_t t = 0; t < o->ntables; t++) {
-		volatile uint8_t *p = (volatile uint8_t *)o->rowst[t];
-		for (size_t off = 0; off < o->rowst_bytes[t]; off += 4096)
-			p[off] = 0; /* zero is the state it already holds */
-	}
+	volatile uint8_t *p = (volatile uint8_t *)o->rowst_mem.p;
+	for (size_t off = 0; off < o->rowst_mem.bytes; off += 4096)
+		p[off] = 0; /* zero is the state it already holds */
 }
 
 uint64_t oracle_resident(const struct oracle *o)

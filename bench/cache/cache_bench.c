@@ -7,7 +7,9 @@
  *     --parts plan,sim,train   what to run (default all three)
  *     --seed S                 trace seed (default 1)
  *     --skew S                 Zipf exponent (default 1.05)
- *   plan: the oracle alone (link + plan) on full-size batches
+ *   plan: the oracle alone (link + plan) on full-size batches, then the per-id
+ *   dedupe pass of ember_cache_push on the same batches (without and with
+ *   prefetching ahead in the id stream)
  *     --plan-batch-size B (16384) --plan-batches N (12) --plan-scale F (1.0: the real
  *     Criteo table sizes) --plan-repeat R (5: each configuration runs R times in a
  *     row; the figures are the median run's, with the fastest beside them: on a
@@ -98,6 +100,97 @@ static int gen(uint32_t bs, uint32_t nb, double scale, const struct cfg *c, stru
 
 #define PLAN_REP_MAX 101
 
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Per-row state of the dedupe pass, as ember_cache_push keeps it (src/cache/cache.c). */
+struct dd_state {
+	uint32_t stamp, pos;
+};
+
+/*
+ * One batch's dedupe as ember_cache_push does it: per id, its row's stamp says
+ * whether the batch already named it; new rows are appended to uniq. pf > 0:
+ * prefetch the state of the id pf places ahead in the same table's run. Returns
+ * the distinct rows.
+ */
+static uint32_t dedupe_batch(const struct trace *t, uint32_t b, struct dd_state **ps,
+			     uint32_t stamp, uint32_t pf, uint64_t *uniq, uint32_t *luidx)
+{
+	uint32_t nu = 0;
+	size_t at = 0;
+	for (uint32_t tb = 0; tb < t->ntables; tb++) {
+		const uint32_t *ids = t->ids + ((size_t)b * t->ntables + tb) * t->batch_size;
+		struct dd_state *st = ps[tb];
+		for (uint32_t i = 0; i < t->batch_size; i++, at++) {
+			if (pf && i + pf < t->batch_size)
+				__builtin_prefetch(&st[ids[i + pf]], 1);
+			uint32_t r = ids[i];
+			if (st[r].stamp != stamp) {
+				st[r].stamp = stamp;
+				st[r].pos = nu;
+				uniq[nu++] = (uint64_t)tb << 32 | r;
+			}
+			luidx[at] = st[r].pos;
+		}
+	}
+	return nu;
+}
+
+/* The per-id dedupe pass of ember_cache_push, which the plan figures above leave out
+ * (they start from each batch's distinct rows): time per batch, without and with
+ * prefetching ahead in the id stream. */
+static void run_dedupe(const struct cfg *c, const struct trace *t)
+{
+	size_t per = (size_t)t->ntables * t->batch_size;
+	struct dd_state **ps = calloc(t->ntables, sizeof(*ps));
+	uint64_t *uniq = malloc(per * sizeof(uint64_t));
+	uint32_t *luidx = malloc(per * sizeof(uint32_t));
+	if (!ps || !uniq || !luidx)
+		die("dedupe", -ENOMEM);
+	for (uint32_t tb = 0; tb < t->ntables; tb++) {
+		ps[tb] = calloc(t->rows[tb], sizeof(struct dd_state));
+		if (!ps[tb])
+			die("dedupe", -ENOMEM);
+		memset(ps[tb], 0, t->rows[tb] * sizeof(struct dd_state)); /* first touches */
+	}
+	printf("dedupe (ember_cache_push's per-id pass, not in the figures above): the\n"
+	       "second half of the batches, median of %" PRIu32 " runs\n", c->plan_rep);
+	printf("%-12s %12s %10s %14s\n", "prefetch", "ms/batch", "ns/id", "ns/distinct");
+	uint32_t pfs[3] = {0, 8, 16}, stamp = 0, half = t->nbatches / 2;
+	for (uint32_t b = 0; b < half; b++) /* the first half warms the caches */
+		(void)dedupe_batch(t, b, ps, ++stamp, 0, uniq, luidx);
+	for (int k = 0; k < 3; k++) {
+		double runs[PLAN_REP_MAX];
+		uint64_t nu = 0;
+		for (uint32_t r = 0; r < c->plan_rep; r++) {
+			nu = 0;
+			double t0 = now_s();
+			for (uint32_t b = half; b < t->nbatches; b++)
+				nu += dedupe_batch(t, b, ps, ++stamp, pfs[k], uniq, luidx);
+			runs[r] = now_s() - t0;
+		}
+		qsort(runs, c->plan_rep, sizeof(runs[0]), cmp_double);
+		double sec = runs[c->plan_rep / 2];
+		uint32_t nh = t->nbatches - half;
+		char name[32];
+		snprintf(name, sizeof(name), pfs[k] ? "%" PRIu32 " ids ahead" : "none", pfs[k]);
+		printf("%-12s %12.3f %10.2f %14.2f\n", name, sec * 1e3 / nh, sec * 1e9 / ((double)nh * per),
+		       sec * 1e9 / (double)nu);
+		if (k == 0)
+			jkv("plan", "dedupe_ms_per_batch", sec * 1e3 / nh);
+	}
+	for (uint32_t tb = 0; tb < t->ntables; tb++)
+		free(ps[tb]);
+	free(ps);
+	free(uniq);
+	free(luidx);
+}
+
+
 static int cmp_plan(const void *a, const void *b)
 {
 	double x = ((const struct sim_result *)a)->plan_ns_second_half;
@@ -154,6 +247,7 @@ static void run_plan(const struct cfg *c)
 				jkv("plan", "distinct_per_batch", (double)uniq / t.nbatches);
 			}
 		}
+	run_dedupe(c, &t);
 	sim_trace_free(&st);
 	trace_free(&t);
 }

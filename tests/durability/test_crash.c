@@ -146,7 +146,7 @@ int main(int argc, char **argv)
 	tu_init("crash", argc, argv);
 	KEYS_PER = tu_scaled(1500) < 200 ? 200 : tu_scaled(1500);
 	uint64_t keys = WRITERS * KEYS_PER;
-	uint64_t iters = tu_scaled(150) < 30 ? 30 : tu_scaled(150);
+	uint64_t iters = tu_scaled(100) < 30 ? 30 : tu_scaled(100);
 	CHECK(tu_tmpdir_make("crash", dir, sizeof(dir)) == 0, "tmpdir");
 	snprintf(progress_path, sizeof(progress_path), "%s.progress", dir);
 	uint64_t *lb = calloc(keys, sizeof(uint64_t)); /* a key's round at the last check */

@@ -802,6 +802,8 @@ int ember_cache_push(ember_cache *c, const ember_cache_batch *batch)
 		b->parts[p] = (ember_cache_part){.table = pt->table, .n = pt->n, .rows = b->ids + at};
 		b->pslots[p] = b->lslots + at;
 		for (uint32_t i = 0; i < pt->n; i++, at++) {
+			if (i + 16 < pt->n && pt->rows[i + 16] < rows) /* overlap the state's misses */
+				__builtin_prefetch(&ps[pt->rows[i + 16]], 1);
 			uint64_t r = pt->rows[i];
 			if (r >= rows)
 				return EMBER_EINVAL;

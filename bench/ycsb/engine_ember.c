@@ -89,6 +89,7 @@ static int ee_open(const ycsb_engine_params *p, void **db, char *settings, size_
 					     ? p->index_buckets
 					     : pow2_ceil(p->records / 4 > 0 ? p->records / 4 : 1);
 	}
+	opts.read_cache_memory = p->read_cache;
 	opts.flags |= EMBER_OPEN_TRUNCATE; /* the driver hands us a fresh directory */
 	rc = ember_open(p->dir, &opts, &edb);
 	if (rc < 0)

@@ -275,9 +275,12 @@ static int bad_record(struct lookup_run *run, struct lookup *l)
 		if (ci_table_load(ci, ci_chunk_of(ci, l->hash)) != l->addr)
 			return lk_restart(run, l);
 	}
-	db_report(run->s->db, "%s at offset %llu: %s fails its checksum or length checks",
+	db_report(run->s->db, "%s at offset %llu: %s fails its checksum or length checks "
+		  "(log begin %llu head %llu flushed %llu tail %llu)",
 		  log_file_name(run->s->db, log), (unsigned long long)l->addr,
-		  l->phase == LK_CHUNK ? "cold index chunk" : "record");
+		  l->phase == LK_CHUNK ? "cold index chunk" : "record",
+		  (unsigned long long)hlog_load(&log->begin), (unsigned long long)hlog_load(&log->head),
+		  (unsigned long long)hlog_load(&log->flushed), (unsigned long long)hlog_load(&log->tail));
 	finish(run, l, EMBER_ECORRUPT, NULL, 0);
 	return LK_FINISHED;
 }

@@ -236,11 +236,17 @@ static void worker_step(struct hlog *l)
 
 	worker_flush(l);
 
+	/* each bound is loaded once: safe_read_only moves under us (set_safe_ro runs
+	 * in whichever thread drains the epoch), and flushed may be above it (the
+	 * record straddling safe_ro is flushed whole), so a second load of a bound
+	 * after comparing with the first could raise h past flushed (invariant 4) */
+	uint64_t flushed = hlog_load(&l->flushed);
+	uint64_t safe_ro = hlog_load(&l->safe_read_only);
 	uint64_t h = want_head;
-	if (h > hlog_load(&l->flushed))
-		h = hlog_load(&l->flushed);
-	if (h > hlog_load(&l->safe_read_only))
-		h = hlog_load(&l->safe_read_only);
+	if (h > flushed)
+		h = flushed;
+	if (h > safe_ro)
+		h = safe_ro;
 	h = em_page_floor(h, l->page_bits);
 	uint64_t head = hlog_load(&l->head);
 	if (h > head) {

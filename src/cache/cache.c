@@ -82,6 +82,7 @@
 #include <time.h>
 
 #include "cache/oracle.h"
+#include "core/rng.h"
 #include "cache/slot_store.h"
 #include "core/alloc.h"
 
@@ -179,13 +180,6 @@ static inline void key_encode(uint8_t *k, uint32_t table, uint64_t row)
 		k[i] = (uint8_t)(v >> (8 * i));
 }
 
-static inline uint64_t mix64(uint64_t z)
-{
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 /* The value of a row the store does not hold, in the store's format. */
 static void init_row(const struct ember_cache *c, uint32_t table, uint64_t row, void *buf)
 {
@@ -194,10 +188,10 @@ static void init_row(const struct ember_cache *c, uint32_t table, uint64_t row, 
 		memset(buf, 0, slot_row_bytes(t->dim, t->storage));
 		return;
 	}
-	uint64_t base = mix64(c->init_seed + 0x9e3779b97f4a7c15ull) ^
-			mix64(((uint64_t)table << 48 | row) + 0x632be59bd9b4e019ull);
+	uint64_t base = em_mix64(c->init_seed + 0x9e3779b97f4a7c15ull) ^
+			em_mix64(((uint64_t)table << 48 | row) + 0x632be59bd9b4e019ull);
 	for (uint32_t j = 0; j < t->dim; j++) {
-		uint64_t h = mix64(base + (uint64_t)j * 0x9e3779b97f4a7c15ull);
+		uint64_t h = em_mix64(base + (uint64_t)j * 0x9e3779b97f4a7c15ull);
 		float u = (float)(h >> 40) * (1.0f / 16777216.0f); /* [0, 1) */
 		float v = (2.0f * u - 1.0f) * c->init_scale;
 		if (t->storage == EMBER_CACHE_STORE_FP16)

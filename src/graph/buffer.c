@@ -56,28 +56,12 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/rng.h"
 
 #define EX_SHIFT 40
 #define EX_MASK ((1ull << EX_SHIFT) - 1)
 
 /* ---- small helpers -------------------------------------------------------------- */
-
-static uint64_t rng_next(uint64_t *s)
-{
-	uint64_t r = ((s[1] * 5) << 7 | (s[1] * 5) >> 57) * 9, t = s[1] << 17;
-	s[2] ^= s[0];
-	s[3] ^= s[1];
-	s[1] ^= s[2];
-	s[0] ^= s[3];
-	s[2] ^= t;
-	s[3] = s[3] << 45 | s[3] >> 19;
-	return r;
-}
-
-static uint64_t rng_below(uint64_t *s, uint64_t n)
-{
-	return (uint64_t)(((unsigned __int128)rng_next(s) * n) >> 64);
-}
 
 static void mem_add(ember_graph_buffer *b, int64_t d)
 {
@@ -824,14 +808,7 @@ int ember_graph_buffer_open(ember_graph *g, const ember_graph_buffer_options *op
 	}
 	b->st.slots = b->nslots;
 	mem_add(b, (int64_t)(b->slot_bytes * b->nslots));
-	uint64_t x = opts->seed ^ 0x243f6a8885a308d3ull;
-	for (int i = 0; i < 4; i++) {
-		x += 0x9e3779b97f4a7c15ull;
-		uint64_t z = x;
-		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-		z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-		b->rng[i] = z ^ (z >> 31);
-	}
+	em_rng_seed(b->rng, opts->seed ^ 0x243f6a8885a308d3ull);
 	rc = load_train(b);
 	if (rc < 0)
 		goto undo_buffer;
@@ -1112,7 +1089,7 @@ static void evict(ember_graph_buffer *b, struct slot *sl)
 static void shuffle64(uint64_t *rng, uint64_t *a, uint64_t n)
 {
 	for (uint64_t i = n; i > 1; i--) {
-		uint64_t j = rng_below(rng, i), t = a[i - 1];
+		uint64_t j = em_rng_below(rng, i), t = a[i - 1];
 		a[i - 1] = a[j];
 		a[j] = t;
 	}

@@ -16,6 +16,7 @@
 
 #include "core/alloc.h"
 #include "core/hash.h"
+#include "core/rng.h"
 
 double graph_now(void)
 {
@@ -49,13 +50,6 @@ size_t graph_key(uint8_t *out, const char *name, size_t name_len, int kind, uint
 
 /* ---- the permutation ---------------------------------------------------------- */
 
-static uint64_t mix64(uint64_t z)
-{
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 void graph_perm_init(struct graph_perm *pm, uint64_t n, uint64_t seed)
 {
 	uint32_t bits = 2;
@@ -65,10 +59,8 @@ void graph_perm_init(struct graph_perm *pm, uint64_t n, uint64_t seed)
 	pm->half = bits / 2;
 	pm->mask = (1ull << pm->half) - 1;
 	uint64_t x = seed ^ 0x6a09e667f3bcc909ull;
-	for (int r = 0; r < 4; r++) {
-		x += 0x9e3779b97f4a7c15ull;
-		pm->keys[r] = mix64(x);
-	}
+	for (int r = 0; r < 4; r++)
+		pm->keys[r] = em_splitmix64(&x);
 }
 
 /* One pass through the 4-round network over [0, 2^(2*half)). */
@@ -76,7 +68,7 @@ static uint64_t feistel(const struct graph_perm *pm, uint64_t x)
 {
 	uint64_t l = x >> pm->half, r = x & pm->mask;
 	for (int k = 0; k < 4; k++) {
-		uint64_t t = l ^ (mix64(r ^ pm->keys[k]) & pm->mask);
+		uint64_t t = l ^ (em_mix64(r ^ pm->keys[k]) & pm->mask);
 		l = r;
 		r = t;
 	}
@@ -87,7 +79,7 @@ static uint64_t feistel_inv(const struct graph_perm *pm, uint64_t y)
 {
 	uint64_t l = y >> pm->half, r = y & pm->mask;
 	for (int k = 3; k >= 0; k--) {
-		uint64_t t = r ^ (mix64(l ^ pm->keys[k]) & pm->mask);
+		uint64_t t = r ^ (em_mix64(l ^ pm->keys[k]) & pm->mask);
 		r = l;
 		l = t;
 	}
@@ -114,7 +106,7 @@ uint64_t graph_perm_inv(const struct graph_perm *pm, uint64_t y)
 
 float graph_init_value(uint64_t seed, uint64_t node, uint32_t d, float scale)
 {
-	uint64_t h = mix64(seed ^ mix64(node * 0x100000001b3ull + d + 1));
+	uint64_t h = em_mix64(seed ^ em_mix64(node * 0x100000001b3ull + d + 1));
 	double u = (double)(h >> 11) * (1.0 / 9007199254740992.0); /* [0, 1) */
 	return (float)((2.0 * u - 1.0) * scale);
 }

@@ -24,6 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/rng.h"
+
 struct ember_graph_ordering {
 	uint32_t p;
 	uint32_t c;
@@ -38,19 +40,11 @@ struct ember_graph_ordering {
 	uint64_t assigned;   /* entries of state_buckets */
 };
 
-/* ---- PRNG: xoshiro256** seeded through splitmix64 ------------------------------- */
+/* ---- PRNG: core/rng.h's xoshiro256**, one stream per purpose ------------------- */
 
 typedef struct ord_rng {
 	uint64_t s[4];
 } ord_rng;
-
-static inline uint64_t ord_splitmix64(uint64_t *x)
-{
-	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
 
 /*
  * Seed a stream: one per purpose (labels, groups, buckets, fill) so that changing
@@ -60,38 +54,18 @@ static inline void ord_rng_seed(ord_rng *r, uint64_t seed, uint64_t epoch,
 				uint64_t stream)
 {
 	uint64_t x = seed;
-	uint64_t a = ord_splitmix64(&x);
+	uint64_t a = em_splitmix64(&x);
 	x = a ^ (epoch * 0xd1b54a32d192ed03ull);
-	uint64_t b = ord_splitmix64(&x);
+	uint64_t b = em_splitmix64(&x);
 	x = b ^ (stream * 0x8cb92ba72f3d8dd7ull);
 	for (int i = 0; i < 4; i++)
-		r->s[i] = ord_splitmix64(&x);
+		r->s[i] = em_splitmix64(&x);
 }
 
-static inline uint64_t ord_rotl(uint64_t x, int k)
-{
-	return (x << k) | (x >> (64 - k));
-}
+static inline uint64_t ord_rng_next(ord_rng *r) { return em_rng_next(r->s); }
 
-static inline uint64_t ord_rng_next(ord_rng *r)
-{
-	uint64_t *s = r->s;
-	uint64_t result = ord_rotl(s[1] * 5, 7) * 9;
-	uint64_t t = s[1] << 17;
-	s[2] ^= s[0];
-	s[3] ^= s[1];
-	s[1] ^= s[2];
-	s[0] ^= s[3];
-	s[2] ^= t;
-	s[3] = ord_rotl(s[3], 45);
-	return result;
-}
-
-/* Uniform in [0, n), n > 0 (Lemire's multiply; bias below 2^-32 for n < 2^32). */
-static inline uint64_t ord_rng_below(ord_rng *r, uint64_t n)
-{
-	return (uint64_t)(((unsigned __int128)ord_rng_next(r) * n) >> 64);
-}
+/* Uniform in [0, n), n > 0. */
+static inline uint64_t ord_rng_below(ord_rng *r, uint64_t n) { return em_rng_below(r->s, n); }
 
 enum { ORD_STREAM_LABELS = 1, ORD_STREAM_GROUPS = 2, ORD_STREAM_BUCKETS = 3,
        ORD_STREAM_FILL = 4, ORD_STREAM_LOGICAL = 5 };

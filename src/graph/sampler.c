@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/rng.h"
 
 struct seg {
 	const uint32_t *ids; /* neighbour local ids, `stride` apart */
@@ -59,22 +60,7 @@ struct ember_graph_sampler {
 	size_t pick_cap, perm_cap;
 };
 
-static uint64_t s_next(uint64_t *s)
-{
-	uint64_t r = ((s[1] * 5) << 7 | (s[1] * 5) >> 57) * 9, t = s[1] << 17;
-	s[2] ^= s[0];
-	s[3] ^= s[1];
-	s[1] ^= s[2];
-	s[0] ^= s[3];
-	s[2] ^= t;
-	s[3] = s[3] << 45 | s[3] >> 19;
-	return r;
-}
-
-static uint32_t s_below(uint64_t *s, uint32_t n)
-{
-	return (uint32_t)(((unsigned __int128)s_next(s) * n) >> 64);
-}
+static uint32_t s_below(uint64_t *s, uint32_t n) { return (uint32_t)em_rng_below(s, n); }
 
 void ember_graph_sampler_options_default(ember_graph_sampler_options *o)
 {
@@ -105,14 +91,7 @@ int ember_graph_sampler_open(ember_graph_buffer *b, const ember_graph_sampler_op
 		em_free(s, sizeof(*s));
 		return EMBER_ENOMEM;
 	}
-	uint64_t x = opts->seed ^ 0x452821e638d01377ull;
-	for (int i = 0; i < 4; i++) {
-		x += 0x9e3779b97f4a7c15ull;
-		uint64_t z = x;
-		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-		z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-		s->rng[i] = z ^ (z >> 31);
-	}
+	em_rng_seed(s->rng, opts->seed ^ 0x452821e638d01377ull);
 	*out = s;
 	return 0;
 }

@@ -51,6 +51,16 @@ void em_file_close(struct em_file *f)
 	f->fd = -1;
 }
 
+int em_dir_fsync(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	int rc = fsync(fd) == 0 ? 0 : -errno;
+	close(fd);
+	return rc;
+}
+
 int64_t em_file_size(struct em_file *f)
 {
 	struct stat st;

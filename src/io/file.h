@@ -33,6 +33,9 @@ int em_file_open(struct em_file *f, const char *path, int flags);
 void em_file_close(struct em_file *f);
 /* Current size in bytes, or -errno. */
 int64_t em_file_size(struct em_file *f);
+/* Make the entries of directory path (creations, renames, removals) durable: open
+ * it and fsync(2) it (io_uring has no use here: one synchronous call). 0 or -errno. */
+int em_dir_fsync(const char *path);
 
 struct em_ring {
 	struct io_uring ring;

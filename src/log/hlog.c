@@ -346,7 +346,7 @@ int hlog_wait(struct hlog *l, uint64_t size, int epoch_slot)
 	return rc;
 }
 
-int hlog_fold(struct hlog *l, uint64_t upto)
+int hlog_fold(struct hlog *l, uint64_t upto, struct em_ring *ring)
 {
 	atomic_max_u64(&l->fold_request, upto);
 	int rc = 0;
@@ -361,15 +361,7 @@ int hlog_fold(struct hlog *l, uint64_t upto)
 		struct timespec ts = {0, spins < 100 ? 20000 : 200000};
 		nanosleep(&ts, NULL);
 	}
-	if (!l->file)
-		return 0;
-	struct em_ring ring;
-	rc = em_ring_init(&ring, 2);
-	if (rc < 0)
-		return rc;
-	rc = em_io_fsync(&ring, l->file);
-	em_ring_exit(&ring);
-	return rc;
+	return l->file ? em_io_fsync(ring, l->file) : 0;
 }
 
 int hlog_load_tail_block(struct hlog *l, struct em_ring *ring)

@@ -169,10 +169,11 @@ void hlog_kick(struct hlog *l);
  * such as a tail value read earlier) immutable and durable. Moves read_only to
  * upto, waits until the log's flushed address passes it, then fsyncs the file. The
  * caller must not be epoch-protected (the move waits for every thread to leave the
- * epoch in which it could still update in place below upto). Returns 0, the log's
- * sticky I/O error, or an fsync error.
+ * epoch in which it could still update in place below upto). ring: the caller's
+ * own idle ring, for the fsync. Returns 0, the log's sticky I/O error, or an fsync
+ * error.
  */
-int hlog_fold(struct hlog *l, uint64_t upto);
+int hlog_fold(struct hlog *l, uint64_t upto, struct em_ring *ring);
 /*
  * After hlog_init with start_tail: read the bytes of the 4 KiB block that holds
  * start_tail, below it, from the file into the ring, so that the first flush (which

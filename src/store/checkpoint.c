@@ -147,31 +147,27 @@ static char *ck_path(struct ember_db *db, const char *name, const char *file)
 	return p;
 }
 
-static int fsync_dir(const char *path)
-{
-	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	int rc = fsync(fd) == 0 ? 0 : -errno;
-	close(fd);
-	return rc;
-}
-
-static void remove_ckpt_dir(struct ember_db *db, const char *name)
+/* Remove one checkpoint directory and its files. Returns 0 or the first error
+ * (a file already gone is fine). */
+static int remove_ckpt_dir(struct ember_db *db, const char *name)
 {
 	static const char *const files[] = {"meta", "meta.tmp", "hot.index", "cold.table"};
+	int rc = 0;
 	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
 		char *p = ck_path(db, name, files[i]);
-		if (p) {
-			unlink(p);
-			em_free(p, 0);
-		}
+		if (!p)
+			return EMBER_ENOMEM;
+		if (unlink(p) != 0 && errno != ENOENT && rc == 0)
+			rc = -errno;
+		em_free(p, 0);
 	}
 	char *d = ck_path(db, name, NULL);
-	if (d) {
-		rmdir(d);
-		em_free(d, 0);
-	}
+	if (!d)
+		return EMBER_ENOMEM;
+	if (rmdir(d) != 0 && errno != ENOENT && rc == 0)
+		rc = -errno;
+	em_free(d, 0);
+	return rc;
 }
 
 /* ---- meta ------------------------------------------------------------------------ */
@@ -473,9 +469,9 @@ static int write_meta(struct ember_db *db, struct em_ring *ring, const char *nam
 		rc = -errno;
 		goto out;
 	}
-	rc = fsync_dir(dir);
+	rc = em_dir_fsync(dir);
 	if (rc == 0)
-		rc = fsync_dir(top);
+		rc = em_dir_fsync(top);
 out:
 	em_free(b, CKPT_META_SIZE);
 	em_free(tmp, 0);
@@ -485,25 +481,42 @@ out:
 	return rc;
 }
 
-/* Remove every checkpoint directory but keep (a name). */
-static void remove_others(struct ember_db *db, const char *keep)
+/* Remove every checkpoint directory but keep (a name; "" keeps none). Returns 0 or
+ * the first error. */
+static int remove_others(struct ember_db *db, const char *keep)
 {
 	char *top = ck_path(db, NULL, NULL);
 	if (!top)
-		return;
+		return EMBER_ENOMEM;
 	DIR *d = opendir(top);
 	em_free(top, 0);
 	if (!d)
-		return;
+		return errno == ENOENT ? 0 : -errno;
 	char names[MAX_CKPT_DIRS][32];
-	int n = 0;
+	int n = 0, more = 0;
 	struct dirent *de;
-	while ((de = readdir(d)) && n < MAX_CKPT_DIRS)
-		if (de->d_name[0] != '.' && strlen(de->d_name) < 32 && strcmp(de->d_name, keep) != 0)
+	while ((de = readdir(d)))
+		if (de->d_name[0] != '.' && strlen(de->d_name) < 32 && strcmp(de->d_name, keep) != 0) {
+			if (n == MAX_CKPT_DIRS) {
+				more = 1;
+				break;
+			}
 			snprintf(names[n++], 32, "%s", de->d_name);
+		}
 	closedir(d);
-	for (int i = 0; i < n; i++)
-		remove_ckpt_dir(db, names[i]);
+	int rc = 0;
+	for (int i = 0; i < n; i++) {
+		int r = remove_ckpt_dir(db, names[i]);
+		if (r < 0 && rc == 0)
+			rc = r;
+	}
+	/* more than fit in one pass: go again (each pass removes what it listed) */
+	return rc == 0 && more ? remove_others(db, keep) : rc;
+}
+
+int ckpt_remove_all(struct ember_db *db)
+{
+	return remove_others(db, "");
 }
 
 int ckpt_active(struct ember_db *db)
@@ -577,15 +590,15 @@ int ckpt_take(struct ember_db *db, uint64_t *id_out)
 		goto out;
 	/* step 4 */
 	m.hot_end = hlog_load(&db->hot->tail);
-	rc = hlog_fold(db->hot, m.hot_end);
+	rc = hlog_fold(db->hot, m.hot_end, &ring);
 	if (rc < 0)
 		goto out;
 	/* step 6 */
 	m.cold_end = hlog_load(&db->cold->tail);
 	m.chunk_end = hlog_load(&db->chunks->tail);
-	rc = hlog_fold(db->cold, m.cold_end);
+	rc = hlog_fold(db->cold, m.cold_end, &ring);
 	if (rc == 0)
-		rc = hlog_fold(db->chunks, m.chunk_end);
+		rc = hlog_fold(db->chunks, m.chunk_end, &ring);
 	if (rc < 0)
 		goto out;
 	rc = fw_open(&w, &ring, tpath);
@@ -619,13 +632,13 @@ int ckpt_take(struct ember_db *db, uint64_t *id_out)
 		rc = 0; /* the checkpoint itself is complete */
 	}
 	/* step 8 */
-	remove_others(db, name);
+	(void)remove_others(db, name); /* a leftover is removed by the next checkpoint */
 	if (id_out)
 		*id_out = m.id;
 out:
 	fw_close(&w, 0, NULL);
 	if (rc < 0 && dir)
-		remove_ckpt_dir(db, name);
+		(void)remove_ckpt_dir(db, name); /* best effort: recovery skips it anyway */
 	if (ring_ok)
 		em_ring_exit(&ring);
 	if (s)
@@ -932,7 +945,7 @@ int ckpt_find(struct ember_db *db, const struct store_geometry *geo, struct ckpt
 	}
 	em_ring_exit(&ring);
 	if (rc == 0 && !*found && !complete_seen && n > 0 && !db->readonly)
-		remove_others(db, ""); /* only partial ones: the store starts empty */
+		(void)remove_others(db, ""); /* only partial ones: the store starts empty */
 	if (rc == 0 && !*found && complete_seen) {
 		db_report(db, "no usable checkpoint in %s/%s: every complete one is damaged",
 			  db->dir, CKPT_DIR);
@@ -1074,6 +1087,6 @@ int ckpt_apply(struct ember_db *db, const struct ckpt_meta *m)
 		ck->released[k] = ck->floor[k];
 	db->recovery.checkpoint_id = m->id;
 	if (!db->readonly)
-		remove_others(db, ck->chosen);
+		(void)remove_others(db, ck->chosen); /* skipped ones: removed next time otherwise */
 	return 0;
 }

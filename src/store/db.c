@@ -26,10 +26,9 @@
  */
 #include "store/store_int.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdio.h>
+#include <stdio.h> /* rename */
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -299,14 +298,7 @@ static int super_write(struct em_ring *ring, const char *dir, const char *path,
 		unlink(tmp);
 		goto undo_alloc;
 	}
-	/* the rename is durable once the directory is */
-	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0) {
-		rc = -errno;
-		goto undo_alloc;
-	}
-	rc = fsync(dfd) == 0 ? 0 : -errno;
-	close(dfd);
+	rc = em_dir_fsync(dir); /* the rename is durable once the directory is */
 undo_alloc:
 	em_free(sb, SUPER_SIZE);
 	em_free(tmp, 0);
@@ -445,36 +437,6 @@ static void log_close(struct em_file *file, struct hlog **l)
 	em_file_close(file);
 }
 
-/* Remove every checkpoint of a store being created over an old one. */
-static int remove_checkpoints(struct ember_db *db)
-{
-	char *top = path_join(db->dir, CKPT_DIR);
-	if (!top)
-		return EMBER_ENOMEM;
-	int rc = 0;
-	DIR *d = opendir(top);
-	if (d) {
-		struct dirent *de;
-		while ((de = readdir(d)) && rc == 0) {
-			if (de->d_name[0] == '.')
-				continue;
-			static const char *const files[] = {"meta", "meta.tmp", "hot.index", "cold.table"};
-			char p[4096];
-			for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-				snprintf(p, sizeof(p), "%s/%s/%s", top, de->d_name, files[i]);
-				if (unlink(p) != 0 && errno != ENOENT)
-					rc = -errno;
-			}
-			snprintf(p, sizeof(p), "%s/%s", top, de->d_name);
-			if (rc == 0 && rmdir(p) != 0 && errno != ENOENT)
-				rc = -errno;
-		}
-		closedir(d);
-	}
-	em_free(top, 0);
-	return rc;
-}
-
 int ember_open(const char *dir, const ember_options *opts, ember_db **out)
 {
 	int rc;
@@ -527,7 +489,7 @@ int ember_open(const char *dir, const ember_options *opts, ember_db **out)
 		if (rc < 0)
 			goto undo_ckpt;
 	} else {
-		rc = remove_checkpoints(db);
+		rc = ckpt_remove_all(db);
 		if (rc < 0)
 			goto undo_ckpt;
 	}

@@ -248,13 +248,15 @@ int ember_graph_ordering_simulate(uint32_t p, uint32_t c, int kind,
  *                        Close it after every buffer on it is closed.
  *   ember_graph_buffer   c partitions in memory, driven through one epoch after
  *                        another by a plan. One trainer thread at a time calls its
- *                        functions; two threads of its own read and write partitions
- *                        in the background.
+ *                        functions; threads of its own read and write partitions,
+ *                        and apply asynchronous updates, in the background.
  *   ember_graph_sampler  neighbourhood sampling over the buffer's current state.
  *                        Each sampler belongs to one thread; several samplers may
  *                        run at once on one buffer, but never during
- *                        ember_graph_buffer_next_state() or _update() on it (the
- *                        trainer orders those calls with its samplers).
+ *                        ember_graph_buffer_next_state(), _update() or
+ *                        _update_async() on it (the trainer orders those calls with
+ *                        its samplers); while an asynchronous update is applied in
+ *                        the background they may run (their gather waits for it).
  *
  * Every call returns 0 or a negative EMBER_E* code (or -errno for a file the OS
  * refused); destructors accept NULL.
@@ -492,6 +494,11 @@ typedef struct ember_graph_buffer_stats {
 	double wait_seconds;         /* trainer time in next_state waiting for I/O */
 	double read_seconds;         /* background time spent in reads */
 	double write_seconds;        /* background time spent in writes */
+	double update_seconds;       /* time spent applying updates (the trainer's and,
+					for update_async, the updater thread's) */
+	double update_wait_seconds;  /* trainer time waiting for an asynchronous update
+					to be applied (see ember_graph_buffer_update_async) */
+	uint64_t updates_async;      /* updates applied by the updater thread */
 } ember_graph_buffer_stats;
 
 /* Open a buffer on g (it starts empty). EMBER_ENOSPC: see memory_budget. */
@@ -558,12 +565,37 @@ enum {
 /*
  * Write n rows (n x dim floats) into the nodes given (new ids, each in a partition
  * of the current state) and mark their partitions dirty. EMBER_EINVAL, with nothing
- * written, if any node is not in the current state.
+ * written, if any node is not in the current state; EMBER_ESTATE without a state.
+ * Applied in the call, after an outstanding asynchronous update.
  */
 int ember_graph_buffer_update(ember_graph_buffer *b, size_t n, const uint64_t *nodes,
 			      const float *rows, int mode);
 
-/* Copy the rows of n nodes of the current state into out (n x dim floats). */
+/*
+ * The same, applied in the background: the call checks the nodes (same errors,
+ * nothing written on error), marks their partitions dirty and hands the update to
+ * the buffer's updater thread, which reads rows[] IN PLACE (no copy) while the
+ * trainer goes on (next_batch, its compute, even next_state: a partition the update
+ * touches is written back only after it is applied). One asynchronous update is
+ * outstanding at most: the caller must leave rows[] unchanged until the next of
+ * these calls on b returns, each of which first waits for it to be applied:
+ * update_async, update, update_sync, flush, gather, close (and
+ * ember_graph_sampler_gather, ember_graph_device_send, which read node data).
+ * nodes[] is not read after the call returns. So a trainer alternates two row
+ * arrays, or calls update_sync before reusing one. Updates land in call order, as
+ * if each were applied at its call. The time the trainer spends waiting for one is
+ * stats.update_wait_seconds. Uses n x 8 bytes of the buffer's memory (counted in
+ * memory_bytes, not in memory_budget).
+ */
+int ember_graph_buffer_update_async(ember_graph_buffer *b, size_t n, const uint64_t *nodes,
+				    const float *rows, int mode);
+
+/* Wait until the outstanding asynchronous update (if any) has been applied.
+ * EMBER_EINVAL for NULL. */
+int ember_graph_buffer_update_sync(ember_graph_buffer *b);
+
+/* Copy the rows of n nodes of the current state into out (n x dim floats), after
+ * an outstanding asynchronous update is applied. */
 int ember_graph_buffer_gather(ember_graph_buffer *b, size_t n, const uint64_t *nodes,
 			      float *out);
 

@@ -10,14 +10,16 @@
  *   3. an epoch of an ordering (BETA by default) over a buffer of c partitions (+1
  *      prefetch slot), node data >= 4x the buffer: per batch of edges, a synthetic
  *      compute time (sleep, as a GPU step would leave the CPU to the buffer's
- *      threads) and a scatter-add of both ends' rows (all partitions go dirty);
- *      then a flush;
+ *      threads) and a scatter-add of both ends' rows (all partitions go dirty),
+ *      handed to the buffer's updater thread (ember_graph_buffer_update_async: the
+ *      gradient rows stay put) so that it overlaps the next batch's compute, as a
+ *      trainer whose GPU step runs asynchronously would (--sync-updates applies it
+ *      on the trainer's thread, ember_graph_buffer_update); then a flush;
  *   4. the I/O floor: bytes the ordering must move per the ordering simulator
  *      (partition reads and dirty writes, each assigned bucket read once) divided
  *      by the probed bandwidths; the goal is epoch <= 1.2 x max(floor, compute);
  *   5. sampler throughput: 2 layers, fan-out 10, batches of roots over one state of
  *      a buffer holding every in-buffer bucket (sampled nodes per second).
- * --prefetch N sets the extra slots (states read ahead); 0 for none.
  * --prefetch N sets the extra slots (states read ahead); 0 for none.
  * Prints a table and, with --json FILE, the same figures as JSON.
  */
@@ -40,6 +42,7 @@ struct cfg {
 	uint64_t seed;
 	double compute_ms;
 	int comet;
+	int sync_updates;
 	uint64_t probe_bytes;
 	double sample_seconds;
 };
@@ -147,6 +150,7 @@ static void usage(void)
 	fprintf(stderr,
 		"usage: ember-graph-epoch [--dir DIR] [--scale 19] [--edge-factor 8] [--partitions 32]\n"
 		"         [--capacity 4] [--prefetch 1] [--chunk-kib 4096] [--dim 64] [--batch 10000] [--compute-ms 2] [--comet]\n"
+		"         [--sync-updates]\n"
 		"         [--seed 1] [--probe-mib 512] [--sample-seconds 2] [--json FILE]\n");
 	exit(2);
 }
@@ -160,6 +164,10 @@ int main(int argc, char **argv)
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "--comet")) {
 			c.comet = 1;
+			continue;
+		}
+		if (!strcmp(a, "--sync-updates")) {
+			c.sync_updates = 1;
 			continue;
 		}
 		if (!v)
@@ -294,7 +302,7 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < 2 * (size_t)c.batch * c.dim; i++)
 		grad[i] = 1e-3f;
 	uint64_t batches = 0, edges_done = 0;
-	double t_compute = 0, t_update = 0;
+	double t_compute = 0, t_update = 0, t_batch = 0, t_state = 0;
 	struct timespec sl = {.tv_sec = (time_t)(c.compute_ms / 1000),
 			      .tv_nsec = (long)(((c.compute_ms / 1000) - (double)(time_t)(c.compute_ms / 1000)) * 1e9)};
 	double te0 = now();
@@ -302,7 +310,9 @@ int main(int argc, char **argv)
 		die("set_ordering", rc);
 	for (;;) {
 		ember_graph_state gs;
+		double s0 = now();
 		rc = ember_graph_buffer_next_state(b, &gs);
+		t_state += now() - s0;
 		if (rc == EMBER_ENOTFOUND)
 			break;
 		if (rc < 0)
@@ -321,10 +331,14 @@ int main(int argc, char **argv)
 				nodes[2 * i] = batch[i].src;
 				nodes[2 * i + 1] = batch[i].dst;
 			}
-			if ((rc = ember_graph_buffer_update(b, 2 * n, nodes, grad, EMBER_GRAPH_UPDATE_ADD)) < 0)
+			rc = c.sync_updates
+				     ? ember_graph_buffer_update(b, 2 * n, nodes, grad, EMBER_GRAPH_UPDATE_ADD)
+				     : ember_graph_buffer_update_async(b, 2 * n, nodes, grad, EMBER_GRAPH_UPDATE_ADD);
+			if (rc < 0)
 				die("update", rc);
 			t_compute += u2 - u1;
 			t_update += (now() - u2) + (u1 - u0);
+			t_batch += u1 - u0;
 			batches++;
 			edges_done += n;
 		}
@@ -416,13 +430,21 @@ int main(int argc, char **argv)
 	       floor_s, floor_par);
 	printf("  %-34s %10.2f s (%llu batches x %.2f ms)\n", "compute (synthetic)", t_compute,
 	       (unsigned long long)batches, c.compute_ms);
-	printf("  %-34s %10.2f s\n", "trainer examples + scatter-add", t_update);
+	printf("  %-34s %10.2f s (next_batch %.2f s, update %.2f s)\n", "trainer examples + scatter-add",
+	       t_update, t_batch, t_update - t_batch);
+	printf("  %-34s %10.2f s (of which waiting %.2f s)\n", "trainer in next_state", t_state,
+	       st.wait_seconds);
 	printf("  %-34s %10.2f s = %.2fx max(floor, compute) (goal <= 1.2x)\n", "epoch", t_epoch,
 	       bound > 0 ? t_epoch / bound : 0);
 	double bound2 = floor_s > t_compute + t_update ? floor_s : t_compute + t_update;
 	printf("  %-34s %10.2fx max(floor, compute + trainer CPU)\n", "", t_epoch / bound2);
-	printf("  %-34s %10.2f s (%.1f%% of the epoch)\n", "trainer waiting for the buffer",
-	       st.wait_seconds, 100 * st.wait_seconds / t_epoch);
+	printf("  %-34s %10.2f s (%.1f%% of the epoch; I/O %.2f s, updates %.2f s)\n",
+	       "trainer waiting for the buffer", st.wait_seconds + st.update_wait_seconds,
+	       100 * (st.wait_seconds + st.update_wait_seconds) / t_epoch, st.wait_seconds,
+	       st.update_wait_seconds);
+	printf("  %-34s %10.2f s (%s; %llu in the background)\n", "scatter-add applied in",
+	       st.update_seconds, c.sync_updates ? "ember_graph_buffer_update" : "ember_graph_buffer_update_async",
+	       (unsigned long long)st.updates_async);
 	printf("  %-34s %10.2f s reads, %.2f s writes (background)\n", "buffer I/O time",
 	       st.read_seconds, st.write_seconds);
 	printf("  %-34s %10.0f nodes/s (%llu runs of 1000 roots, %.0f nodes/run, %.0f edges/run; "

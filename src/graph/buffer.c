@@ -22,7 +22,8 @@
  *
  * Invariants:
  *   1. A slot's data changes only when (a) the reader fills a LOADING slot whose
- *      writing flag is clear, or (b) the trainer updates a RESIDENT slot of the
+ *      writing flag is clear, or (b) the trainer (or the updater thread, applying the
+ *      trainer's asynchronous update: update.c) updates a RESIDENT slot of the
  *      current state. The writer reads data only while writing is set, and (a) and
  *      (b) never happen to a slot that is writing: the reader skips LOADING slots
  *      that are writing until the write ends, a reclaim of a partition being written
@@ -63,7 +64,7 @@
 
 /* ---- small helpers -------------------------------------------------------------- */
 
-static void mem_add(ember_graph_buffer *b, int64_t d)
+void graph_mem_add(ember_graph_buffer *b, int64_t d)
 {
 	b->st.memory_bytes = (uint64_t)((int64_t)b->st.memory_bytes + d);
 	if (b->st.memory_bytes > b->st.memory_peak)
@@ -91,7 +92,7 @@ static void bucket_free(ember_graph_buffer *b, struct bucket_ent *e)
 	em_free(e->csr_off, 0);
 	em_free(e->csc_off, 0);
 	em_free(e->csc_src, 0);
-	mem_add(b, -(int64_t)e->bytes);
+	graph_mem_add(b, -(int64_t)e->bytes);
 	b->bucket_ent[e->bucket] = GRAPH_NONE;
 	*e = (struct bucket_ent){.bucket = GRAPH_NONE};
 }
@@ -385,6 +386,12 @@ static void *writer_main(void *arg)
 	while (!b->stop && rc == 0) {
 		uint32_t nt = 0;
 		size_t nk = 0;
+		if (b->upd_busy) {
+			/* an asynchronous update may still be writing rows of the slots
+			 * queued here (update.c invariant 3): the updater wakes us */
+			pthread_cond_wait(&b->cv_writer, &b->mu);
+			continue;
+		}
 		for (uint32_t i = 0; i < b->nslots; i++) {
 			struct slot *sl = &b->slots[i];
 			if (!sl->write_queued)
@@ -507,7 +514,7 @@ static int schedule_bucket(ember_graph_buffer *b, uint32_t bucket)
 		*e = (struct bucket_ent){.bucket = bucket, .state = BK_LOADING, .load_queued = true,
 					 .count = bucket_count(b, bucket),
 					 .bytes = bucket_bytes(b, bucket)};
-		mem_add(b, (int64_t)e->bytes);
+		graph_mem_add(b, (int64_t)e->bytes);
 		b->bucket_ent[bucket] = i;
 		return 0;
 	}
@@ -683,6 +690,8 @@ static void buffer_free(ember_graph_buffer *b)
 	pthread_cond_destroy(&b->cv_reader);
 	pthread_cond_destroy(&b->cv_writer);
 	pthread_cond_destroy(&b->cv_done);
+	pthread_cond_destroy(&b->cv_update);
+	graph_upd_free(b);
 	em_free(b, sizeof(*b));
 }
 
@@ -694,10 +703,12 @@ static void buffer_stop(ember_graph_buffer *b)
 	b->stop = true;
 	pthread_cond_broadcast(&b->cv_reader);
 	pthread_cond_broadcast(&b->cv_writer);
+	pthread_cond_broadcast(&b->cv_update);
 	pthread_mutex_unlock(&b->mu);
 	for (uint32_t i = 0; i < b->nreaders; i++)
 		pthread_join(b->readers[i], NULL);
 	pthread_join(b->writer, NULL);
+	graph_upd_join(b);
 	b->threads_started = false;
 }
 
@@ -717,7 +728,7 @@ static int load_train(ember_graph_buffer *b)
 	b->train_all = em_alloc(m->train_nodes * 4);
 	if (!b->train_all)
 		return EMBER_ENOMEM;
-	mem_add(b, (int64_t)(m->train_nodes * 4));
+	graph_mem_add(b, (int64_t)(m->train_nodes * 4));
 	ember_session *s = NULL;
 	int rc = ember_session_open(g->db, &s);
 	for (uint32_t i = 0; i < b->p && rc == 0; i++)
@@ -751,12 +762,14 @@ int ember_graph_buffer_open(ember_graph *g, const ember_graph_buffer_options *op
 	pthread_cond_init(&b->cv_reader, NULL);
 	pthread_cond_init(&b->cv_writer, NULL);
 	pthread_cond_init(&b->cv_done, NULL);
+	pthread_cond_init(&b->cv_update, NULL);
 	b->g = g;
 	b->o = *opts;
 	b->p = m->partitions;
 	b->c = opts->capacity;
 	b->dim = m->dim;
 	b->ps = m->partition_size;
+	b->ps_magic = b->ps > 1 && b->ps <= UINT32_MAX ? UINT64_MAX / b->ps + 1 : 0;
 	b->slot_bytes = b->ps * b->dim * 4;
 	b->budget = opts->memory_budget;
 	b->all_edges = opts->flags & EMBER_GRAPH_BUFFER_ALL_EDGES;
@@ -807,7 +820,7 @@ int ember_graph_buffer_open(ember_graph *g, const ember_graph_buffer_options *op
 		}
 	}
 	b->st.slots = b->nslots;
-	mem_add(b, (int64_t)(b->slot_bytes * b->nslots));
+	graph_mem_add(b, (int64_t)(b->slot_bytes * b->nslots));
 	em_rng_seed(b->rng, opts->seed ^ 0x243f6a8885a308d3ull);
 	rc = load_train(b);
 	if (rc < 0)
@@ -835,6 +848,8 @@ int ember_graph_buffer_open(ember_graph *g, const ember_graph_buffer_options *op
 		pthread_cond_wait(&b->cv_done, &b->mu);
 	rc = b->error;
 	pthread_mutex_unlock(&b->mu);
+	if (rc == 0)
+		rc = graph_upd_start(b);
 	if (rc < 0)
 		goto undo_threads;
 	atomic_fetch_add_explicit(&g->buffers, 1, memory_order_relaxed); /* relaxed: a use count */
@@ -851,6 +866,7 @@ undo_buffer:
 /* Queue every dirty RESIDENT slot for writing and wait for all writes (under mu). */
 static int flush_locked(ember_graph_buffer *b)
 {
+	graph_upd_drain_locked(b);
 	if (!b->read_only)
 		for (uint32_t i = 0; i < b->nslots; i++) {
 			struct slot *sl = &b->slots[i];
@@ -1020,7 +1036,7 @@ int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *p
 		}
 		em_free(b->examples, 0);
 		pthread_mutex_lock(&b->mu);
-		mem_add(b, (int64_t)(max_ex - b->ex_cap) * 8);
+		graph_mem_add(b, (int64_t)(max_ex - b->ex_cap) * 8);
 		pthread_mutex_unlock(&b->mu);
 		b->examples = ex;
 		b->ex_cap = max_ex;
@@ -1034,7 +1050,7 @@ int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *p
 		}
 		em_free(b->nodes_ex, 0);
 		pthread_mutex_lock(&b->mu);
-		mem_add(b, (int64_t)(max_nodes - b->nodes_cap) * 8);
+		graph_mem_add(b, (int64_t)(max_nodes - b->nodes_cap) * 8);
 		pthread_mutex_unlock(&b->mu);
 		b->nodes_ex = nx;
 		b->nodes_cap = max_nodes;
@@ -1157,6 +1173,8 @@ int ember_graph_buffer_next_state(ember_graph_buffer *b, ember_graph_state *st)
 		rc = EMBER_ESTATE;
 		goto out;
 	}
+	if (b->read_only)
+		graph_upd_drain_locked(b); /* update.c invariant 3: evictions write nothing */
 	int64_t k = b->cur + 1;
 	if (k >= b->nstates) {
 		b->have_plan = false; /* the resident partitions stay, and stay current */
@@ -1244,69 +1262,6 @@ int ember_graph_buffer_next_nodes(ember_graph_buffer *b, uint64_t *out, size_t c
 	while (k < cap && b->nodes_pos < b->nnodes_ex)
 		out[k++] = b->nodes_ex[b->nodes_pos++];
 	*n = k;
-	return 0;
-}
-
-static int nodes_check(ember_graph_buffer *b, size_t n, const uint64_t *nodes)
-{
-	if (!b->have_state)
-		return EMBER_ESTATE;
-	uint64_t nn = b->g->meta.num_nodes;
-	for (size_t i = 0; i < n; i++)
-		if (nodes[i] >= nn || b->part_pos[nodes[i] / b->ps] < 0)
-			return EMBER_EINVAL;
-	return 0;
-}
-
-int ember_graph_buffer_update(ember_graph_buffer *b, size_t n, const uint64_t *nodes,
-			      const float *rows, int mode)
-{
-	if (!b || (n && (!nodes || !rows)) ||
-	    (mode != EMBER_GRAPH_UPDATE_ADD && mode != EMBER_GRAPH_UPDATE_SET))
-		return EMBER_EINVAL;
-	int rc = nodes_check(b, n, nodes);
-	if (rc < 0)
-		return rc;
-	uint32_t dim = b->dim;
-	for (size_t i = 0; i < n; i++) {
-		if (i + 8 < n) { /* rows are scattered: fetch a few ahead */
-			uint64_t w = nodes[i + 8], q = w / b->ps;
-			__builtin_prefetch(b->cur_data[b->part_pos[q]] + (w - q * b->ps) * dim, 1);
-		}
-		uint64_t v = nodes[i], part = v / b->ps;
-		float *row = b->cur_data[b->part_pos[part]] + (v - part * b->ps) * dim;
-		const float *src = rows + i * dim;
-		if (mode == EMBER_GRAPH_UPDATE_ADD)
-			for (uint32_t d = 0; d < dim; d++)
-				row[d] += src[d];
-		else
-			memcpy(row, src, (size_t)dim * 4);
-	}
-	pthread_mutex_lock(&b->mu);
-	for (size_t i = 0; i < n; i++) {
-		uint32_t part = (uint32_t)(nodes[i] / b->ps);
-		b->slots[b->part_slot[part]].dirty = true;
-	}
-	pthread_mutex_unlock(&b->mu);
-	return 0;
-}
-
-int ember_graph_buffer_gather(ember_graph_buffer *b, size_t n, const uint64_t *nodes, float *out)
-{
-	if (!b || (n && (!nodes || !out)))
-		return EMBER_EINVAL;
-	int rc = nodes_check(b, n, nodes);
-	if (rc < 0)
-		return rc;
-	for (size_t i = 0; i < n; i++) {
-		if (i + 8 < n) {
-			uint64_t w = nodes[i + 8], q = w / b->ps;
-			__builtin_prefetch(b->cur_data[b->part_pos[q]] + (w - q * b->ps) * b->dim);
-		}
-		uint64_t v = nodes[i], part = v / b->ps;
-		memcpy(out + i * b->dim, b->cur_data[b->part_pos[part]] + (v - part * b->ps) * b->dim,
-		       (size_t)b->dim * 4);
-	}
 	return 0;
 }
 

@@ -312,6 +312,7 @@ int ember_graph_device_send(ember_graph_device *d, ember_graph_buffer *b,
 		return rc;
 	if (dst_bytes < im.total)
 		return EMBER_ERANGE;
+	graph_upd_drain(b); /* queued updates land first (update.c invariant 3) */
 
 	struct writer w = {.d = d, .s = stream, .dst = dst};
 	const uint32_t dim = b->dim;

@@ -140,18 +140,29 @@ struct bucket_ent {
 	uint64_t bytes;      /* memory held */
 };
 
+/* The outstanding asynchronous update (update.c). */
+struct graph_upd_job {
+	float *const *rowp;  /* n resolved row addresses (the buffer's upd_rowp) */
+	const float *rows;   /* the caller's n x dim floats */
+	size_t n;
+	int mode;         /* EMBER_GRAPH_UPDATE_* */
+};
+
 struct ember_graph_buffer {
 	ember_graph *g;
 	ember_graph_buffer_options o;
 	uint32_t p, c, nslots, dim;
 	uint64_t ps;          /* partition size (rows) */
+	uint64_t ps_magic;    /* 2^64 / ps rounded up: node / ps without a divide
+				 (graph_buf_part), exact for node ids < 2^32 */
 	uint64_t slot_bytes;
 	uint64_t budget;      /* 0: none */
 	bool all_edges, read_only;
 
 	pthread_mutex_t mu;
-	pthread_cond_t cv_reader, cv_writer, cv_done;
-	pthread_t readers[GRAPH_READERS], writer;
+	pthread_cond_t cv_reader, cv_writer, cv_done, cv_update;
+	pthread_t readers[GRAPH_READERS], writer, updater;
+	bool updater_started;
 	uint32_t nreaders;    /* reader threads started */
 	bool threads_started;
 	bool stop;
@@ -186,7 +197,36 @@ struct ember_graph_buffer {
 	uint64_t nnodes_ex, nodes_pos, nodes_cap;
 	uint64_t rng[4];
 
+	/* the asynchronous update (update.c; under mu) */
+	struct graph_upd_job upd;
+	bool upd_busy;
+	float **upd_rowp;        /* upd_cap addresses, the trainer's while not busy */
+	size_t upd_cap;
+	atomic_uint upd_pending; /* = upd_busy, for lock-free readers (update.c, 5) */
+
 	ember_graph_buffer_stats st;
 };
+
+/* buffer.c: account d bytes of buffer memory (under mu). */
+void graph_mem_add(ember_graph_buffer *b, int64_t d);
+
+/* update.c: the updater thread. start after the other threads; join after
+ * buffer_stop set stop (it finishes its job first); free its memory at the end.
+ * drain waits until the outstanding asynchronous update is applied (_locked: mu
+ * held). */
+int graph_upd_start(ember_graph_buffer *b);
+void graph_upd_join(ember_graph_buffer *b);
+void graph_upd_free(ember_graph_buffer *b);
+void graph_upd_drain(ember_graph_buffer *b);
+void graph_upd_drain_locked(ember_graph_buffer *b);
+
+/* The partition of node v: v / b->ps, by a multiply when v < 2^32 (Lemire's
+ * fastdiv: exact for 32-bit numerators and divisors), else by a divide. */
+static inline uint64_t graph_buf_part(const ember_graph_buffer *b, uint64_t v)
+{
+	if ((v >> 32) || !b->ps_magic)
+		return v / b->ps;
+	return (uint64_t)(((unsigned __int128)b->ps_magic * v) >> 64);
+}
 
 #endif

@@ -360,6 +360,7 @@ int ember_graph_sampler_gather(ember_graph_sampler *s, float *staging, size_t ca
 		return EMBER_ESTATE;
 	if (cap_rows < s->num_nodes)
 		return EMBER_ERANGE;
+	graph_upd_drain(b); /* queued updates land first (update.c invariant 3) */
 	uint32_t dim = b->dim;
 	for (size_t i = 0; i < s->num_nodes; i++) {
 		uint64_t v = s->nodes[i], part = v / b->ps;

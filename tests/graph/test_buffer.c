@@ -68,6 +68,9 @@ static void fixture_free(struct graph_fixture *fx)
 	free(fx->degree);
 }
 
+/* update: 0 none, 1 ember_graph_buffer_update, 2 ember_graph_buffer_update_async */
+enum { UPD_NONE = 0, UPD_SYNC = 1, UPD_ASYNC = 2 };
+
 /* One epoch: every batch's edges add 1 to both ends. Checks the examples. */
 static void run_epoch_ord(struct graph_fixture *fx, ember_graph_buffer *b, const tg_plan *tp,
 			  uint32_t dim, int update, const ember_graph_ordering *ord)
@@ -118,15 +121,22 @@ static void run_epoch_ord(struct graph_fixture *fx, ember_graph_buffer *b, const
 				nodes[2 * i] = batch[i].src;
 				nodes[2 * i + 1] = batch[i].dst;
 			}
-			if (update)
+			/* nodes[] is refilled at once: update_async does not read it after
+			 * the call; ones[] never changes */
+			if (update == UPD_SYNC)
 				CHECK_OK(ember_graph_buffer_update(b, 2 * n, nodes, ones,
 								   EMBER_GRAPH_UPDATE_ADD));
+			else if (update == UPD_ASYNC)
+				CHECK_OK(ember_graph_buffer_update_async(b, 2 * n, nodes, ones,
+									 EMBER_GRAPH_UPDATE_ADD));
 			in_state += n;
 		}
 		CHECK(in_state == st.edges, "state yielded %llu of %llu examples",
 		      (unsigned long long)in_state, (unsigned long long)st.edges);
 		total += in_state;
 	}
+	/* an asynchronous update may still read ones[]: wait for it before the free */
+	CHECK_OK(ember_graph_buffer_update_sync(b));
 	CHECK(total == fx->m, "epoch gave %llu edges, want %zu", (unsigned long long)total, fx->m);
 	for (uint32_t i = 0; i < p; i++)
 		for (uint32_t j = 0; j < p; j++) {
@@ -191,7 +201,7 @@ static void test_orderings(struct graph_fixture *fx, uint64_t times_before)
 		CHECK_OK(ember_graph_ordering_create(fx->p, c, kinds[e], &oo, &ord));
 		tg_plan tp;
 		plan_of_ordering(&tp, ord);
-		run_epoch_ord(fx, b, &tp, dim, 1, ord);
+		run_epoch_ord(fx, b, &tp, dim, e == 0 ? UPD_SYNC : UPD_ASYNC, ord);
 		ember_graph_ordering_destroy(ord);
 		tg_plan_free(&tp);
 	}
@@ -223,7 +233,7 @@ static void check_rows(struct graph_fixture *fx, uint32_t dim, uint64_t times)
 }
 
 static void test_degree(struct graph_fixture *fx, uint32_t prefetch, uint32_t flags,
-			uint32_t epochs, uint64_t times_before)
+			int update, uint32_t epochs, uint64_t times_before)
 {
 	const uint32_t dim = 8, c = fx->p / 4;
 	ember_graph_buffer_options bo;
@@ -243,21 +253,24 @@ static void test_degree(struct graph_fixture *fx, uint32_t prefetch, uint32_t fl
 	for (uint32_t e = 0; e < epochs; e++) {
 		tg_plan tp;
 		tg_plan_make(&tp, fx->p, c, tu_rng_global());
-		run_epoch(fx, b, &tp, dim, 1);
+		run_epoch(fx, b, &tp, dim, update);
 		tg_plan_free(&tp);
 	}
 	ember_graph_buffer_stats st;
 	CHECK_OK(ember_graph_buffer_stats_get(b, &st));
 	CHECK_OK(ember_graph_buffer_close(b));
-	printf("  prefetch %u flags %u: %u epochs %.2f s; states %llu loaded %llu read %llu "
+	printf("  prefetch %u flags %u %s: %u epochs %.2f s; states %llu loaded %llu read %llu "
 	       "reclaimed %llu written %llu clean %llu after-write %llu wait %.3f s peak %llu\n",
-	       prefetch, flags, epochs, tu_now() - t0, (unsigned long long)st.states,
+	       prefetch, flags, update == UPD_ASYNC ? "async" : "sync", epochs, tu_now() - t0,
+	       (unsigned long long)st.states,
 	       (unsigned long long)st.partitions_loaded, (unsigned long long)st.partitions_read,
 	       (unsigned long long)st.partitions_reclaimed,
 	       (unsigned long long)st.partitions_written, (unsigned long long)st.clean_evictions,
 	       (unsigned long long)st.reads_after_write, st.wait_seconds,
 	       (unsigned long long)st.memory_peak);
 	CHECK(st.partitions_loaded == st.partitions_read + st.partitions_reclaimed, "loads add up");
+	CHECK(update == UPD_ASYNC ? st.updates_async > 0 : st.updates_async == 0,
+	      "updates applied in the background: %llu", (unsigned long long)st.updates_async);
 	CHECK(st.slots == slots, "slots %u want %u", st.slots, slots);
 	CHECK(st.memory_peak <= bo.memory_budget, "memory peak %llu over the budget %llu",
 	      (unsigned long long)st.memory_peak, (unsigned long long)bo.memory_budget);
@@ -276,9 +289,11 @@ static void test_read_only(struct graph_fixture *fx, uint64_t times)
 	ember_graph_buffer *b = NULL;
 	CHECK_OK(ember_graph_buffer_open(fx->g, &bo, &b));
 	tg_plan tp;
-	tg_plan_make(&tp, fx->p, bo.capacity, tu_rng_global());
-	run_epoch(fx, b, &tp, 8, 1);
-	tg_plan_free(&tp);
+	for (int e = 0; e < 2; e++) { /* updates dropped, applied in the call or not */
+		tg_plan_make(&tp, fx->p, bo.capacity, tu_rng_global());
+		run_epoch(fx, b, &tp, 8, e == 0 ? UPD_SYNC : UPD_ASYNC);
+		tg_plan_free(&tp);
+	}
 	ember_graph_buffer_stats st;
 	CHECK_OK(ember_graph_buffer_stats_get(b, &st));
 	CHECK(st.partitions_written == 0 && st.bytes_written == 0, "read-only wrote");
@@ -378,6 +393,12 @@ static void test_errors(struct graph_fixture *fx)
 	uint64_t node = 0;
 	float row[8] = {1, 1, 1, 1, 1, 1, 1, 1};
 	CHECK_RC(ember_graph_buffer_update(b, 1, &node, row, EMBER_GRAPH_UPDATE_ADD), EMBER_ESTATE);
+	CHECK_RC(ember_graph_buffer_update_async(b, 1, &node, row, EMBER_GRAPH_UPDATE_ADD),
+		 EMBER_ESTATE);
+	CHECK_RC(ember_graph_buffer_update_async(b, 0, NULL, NULL, EMBER_GRAPH_UPDATE_ADD),
+		 EMBER_ESTATE);
+	CHECK_RC(ember_graph_buffer_update_sync(NULL), EMBER_EINVAL);
+	CHECK_OK(ember_graph_buffer_update_sync(b)); /* nothing outstanding */
 	tg_plan tp;
 	tg_plan_make(&tp, fx->p, 4, tu_rng_global());
 	ember_graph_plan bad = tp.plan;
@@ -428,6 +449,41 @@ static void test_errors(struct graph_fixture *fx)
 	}
 	CHECK_RC(ember_graph_buffer_update(b, 1, &out_node, row, EMBER_GRAPH_UPDATE_ADD),
 		 EMBER_EINVAL);
+	/* asynchronous: a bad node anywhere in the batch, and nothing is written */
+	{
+		ember_graph_info gi0;
+		CHECK_OK(ember_graph_info_get(fx->g, &gi0));
+		uint64_t in_node = (uint64_t)st.partitions[0] * gi0.partition_size;
+		float before[8], after[8], two[16];
+		for (int i = 0; i < 16; i++)
+			two[i] = 2.0f;
+		CHECK_OK(ember_graph_buffer_gather(b, 1, &in_node, before));
+		uint64_t pair[2] = {in_node, out_node};
+		CHECK_RC(ember_graph_buffer_update_async(b, 2, pair, two, EMBER_GRAPH_UPDATE_ADD),
+			 EMBER_EINVAL);
+		uint64_t pair_past[2] = {in_node, fx->n};
+		CHECK_RC(ember_graph_buffer_update_async(b, 2, pair_past, two, EMBER_GRAPH_UPDATE_ADD),
+			 EMBER_EINVAL);
+		CHECK_RC(ember_graph_buffer_update_async(b, 1, &in_node, two, 7), EMBER_EINVAL);
+		CHECK_RC(ember_graph_buffer_update_async(b, 1, NULL, two, 0), EMBER_EINVAL);
+		CHECK_RC(ember_graph_buffer_update_async(b, 1, &in_node, NULL, 0), EMBER_EINVAL);
+		CHECK_RC(ember_graph_buffer_update_async(NULL, 1, &in_node, two, 0), EMBER_EINVAL);
+		CHECK_OK(ember_graph_buffer_update_async(b, 0, NULL, NULL, EMBER_GRAPH_UPDATE_ADD));
+		CHECK_OK(ember_graph_buffer_gather(b, 1, &in_node, after));
+		CHECK(!memcmp(before, after, sizeof(before)), "a rejected update wrote");
+		/* then a good one, its result seen by gather (which waits for it), and a
+		 * SET after an ADD lands last */
+		CHECK_OK(ember_graph_buffer_update_async(b, 1, &in_node, two, EMBER_GRAPH_UPDATE_ADD));
+		CHECK_OK(ember_graph_buffer_gather(b, 1, &in_node, after));
+		for (int d = 0; d < 8; d++)
+			CHECK(after[d] == before[d] + 2.0f, "async add: %g want %g", after[d],
+			      before[d] + 2.0f);
+		CHECK_OK(ember_graph_buffer_update_async(b, 1, &in_node, two, EMBER_GRAPH_UPDATE_ADD));
+		CHECK_OK(ember_graph_buffer_update_async(b, 1, &in_node, before, EMBER_GRAPH_UPDATE_SET));
+		CHECK_OK(ember_graph_buffer_update_sync(b));
+		CHECK_OK(ember_graph_buffer_gather(b, 1, &in_node, after));
+		CHECK(!memcmp(before, after, sizeof(before)), "SET after ADD did not land last");
+	}
 	CHECK_RC(ember_graph_buffer_gather(b, 1, &out_node, row), EMBER_EINVAL);
 	uint64_t past = fx->n;
 	CHECK_RC(ember_graph_buffer_gather(b, 1, &past, row), EMBER_EINVAL);
@@ -524,12 +580,16 @@ int main(int argc, char **argv)
 	fx.db = tg_open_store(g_dir, sizeof(g_dir), "graph-buffer");
 	fixture_make(&fx, "g", tu_scaled(40000), (size_t)tu_scaled(150000), 16, 8);
 	uint64_t times = 0;
-	test_degree(&fx, 1, 0, 2, times);
+	test_degree(&fx, 1, 0, UPD_SYNC, 2, times);
 	times += 2;
-	test_degree(&fx, EMBER_GRAPH_BUFFER_NO_PREFETCH, 0, 1, times);
+	test_degree(&fx, 1, 0, UPD_ASYNC, 2, times);
+	times += 2;
+	test_degree(&fx, EMBER_GRAPH_BUFFER_NO_PREFETCH, 0, UPD_ASYNC, 1, times);
 	times += 1;
-	test_degree(&fx, 3, EMBER_GRAPH_BUFFER_ALL_EDGES, 2, times);
-	times += 2;
+	test_degree(&fx, 3, EMBER_GRAPH_BUFFER_ALL_EDGES, UPD_SYNC, 1, times);
+	times += 1;
+	test_degree(&fx, 2, EMBER_GRAPH_BUFFER_ALL_EDGES, UPD_ASYNC, 1, times);
+	times += 1;
 	test_orderings(&fx, times);
 	times += 2;
 	test_read_only(&fx, times);

@@ -3,11 +3,14 @@
  *
  * Each round picks a buffer shape (c, prefetch slots, ALL_EDGES or not) and runs a
  * few epochs with random plans or orderings (BETA, COMET). In every state the
- * trainer applies random ADD and SET updates to nodes of the state (mostly the
- * ends of its example edges), mirroring each on a reference copy of all rows in
- * the same order; then, when edges are held, four sampler threads sample the state
- * at once while the reader and writer threads work on the next state in the
- * background. Now and then a flush; after every epoch, every stored row (read back
+ * trainer applies one to three random ADD and SET updates to nodes of the state
+ * (the ends of its example edges), each applied in the call or handed to the
+ * updater thread (update_async, two row arrays in turn), mirroring each on a
+ * reference copy of all rows in the same order; then, when edges are held, four
+ * sampler threads sample and gather the state at once (their gathers wait for an
+ * outstanding asynchronous update) while the reader and writer threads work on the
+ * next state in the background; the state may end with an asynchronous update
+ * still being applied. Now and then a flush; after every epoch, every stored row (read back
  * through the store after a flush) must equal the reference bit for bit. Tiny
  * 64 KiB chunks make every partition many chunks. Meant for TSan as well.
  */
@@ -93,7 +96,9 @@ int main(int argc, char **argv)
 
 	ember_graph_edge batch[512];
 	uint64_t nodes[1024];
-	float rows[1024 * 8];
+	static float rows_buf[2][1024 * 8];
+	uint32_t turn = 0;
+	uint64_t async_updates = 0;
 	int rounds = (int)tu_scaled(12);
 	uint64_t states_total = 0, updates = 0, samples = 0;
 	double t0 = tu_now();
@@ -132,32 +137,52 @@ int main(int argc, char **argv)
 			int rc;
 			while ((rc = ember_graph_buffer_next_state(b, &st)) == 0) {
 				states_total++;
-				/* updates: example edges' ends, ADD or SET, mirrored on ref */
-				size_t nb;
-				CHECK_OK(ember_graph_buffer_next_batch(b, batch, 512, &nb));
-				size_t k = 0;
-				for (size_t i = 0; i < nb; i++) {
-					nodes[k++] = batch[i].src;
-					nodes[k++] = batch[i].dst;
-				}
-				int mode = tu_rng_chance(r, 1, 4) ? EMBER_GRAPH_UPDATE_SET : EMBER_GRAPH_UPDATE_ADD;
-				for (size_t i = 0; i < k * dim; i++)
-					rows[i] = (float)(int)tu_rng_below(r, 100) / 8.0f;
-				CHECK_OK(ember_graph_buffer_update(b, k, nodes, rows, mode));
-				for (size_t i = 0; i < k; i++)
-					for (uint32_t d = 0; d < dim; d++) {
-						float *x = &ref[nodes[i] * dim + d];
-						*x = mode == EMBER_GRAPH_UPDATE_SET ? rows[i * dim + d]
-										    : *x + rows[i * dim + d];
+				/* updates: example edges' ends, ADD or SET, in the call or
+				 * asynchronously, mirrored on ref */
+				int nupd = 1 + (int)tu_rng_below(r, 3);
+				for (int u = 0; u < nupd; u++) {
+					size_t nb;
+					CHECK_OK(ember_graph_buffer_next_batch(b, batch, 512, &nb));
+					size_t k = 0;
+					for (size_t i = 0; i < nb; i++) {
+						nodes[k++] = batch[i].src;
+						nodes[k++] = batch[i].dst;
 					}
-				updates += k;
-				/* gathered rows agree with the reference */
-				if (k) {
-					float chk[8];
-					size_t i = (size_t)tu_rng_below(r, k);
-					CHECK_OK(ember_graph_buffer_gather(b, 1, &nodes[i], chk));
-					CHECK(!memcmp(chk, &ref[nodes[i] * dim], sizeof(chk)),
-					      "gathered row differs");
+					int mode = tu_rng_chance(r, 1, 4) ? EMBER_GRAPH_UPDATE_SET
+									  : EMBER_GRAPH_UPDATE_ADD;
+					/* an outstanding asynchronous update reads its rows until the
+					 * next update call returns: fill the other array */
+					float *rows = rows_buf[turn];
+					turn ^= 1;
+					for (size_t i = 0; i < k * dim; i++)
+						rows[i] = (float)(int)tu_rng_below(r, 100) / 8.0f;
+					if (tu_rng_chance(r, 1, 2)) {
+						CHECK_OK(ember_graph_buffer_update_async(b, k, nodes, rows, mode));
+						async_updates++;
+						memset(nodes, 0xff, sizeof(nodes)); /* not read after the call */
+						for (size_t i = 0; i < nb; i++) {
+							nodes[2 * i] = batch[i].src;
+							nodes[2 * i + 1] = batch[i].dst;
+						}
+					} else {
+						CHECK_OK(ember_graph_buffer_update(b, k, nodes, rows, mode));
+					}
+					for (size_t i = 0; i < k; i++)
+						for (uint32_t d = 0; d < dim; d++) {
+							float *x = &ref[nodes[i] * dim + d];
+							*x = mode == EMBER_GRAPH_UPDATE_SET ? rows[i * dim + d]
+											    : *x + rows[i * dim + d];
+						}
+					updates += k;
+					/* gathered rows agree with the reference (now and then, so
+					 * that an update is often still outstanding below) */
+					if (k && tu_rng_chance(r, 1, 3)) {
+						float chk[8];
+						size_t i = (size_t)tu_rng_below(r, k);
+						CHECK_OK(ember_graph_buffer_gather(b, 1, &nodes[i], chk));
+						CHECK(!memcmp(chk, &ref[nodes[i] * dim], sizeof(chk)),
+						      "gathered row differs");
+					}
 				}
 				if (bo.flags & EMBER_GRAPH_BUFFER_ALL_EDGES) {
 					pthread_t th[4];
@@ -187,8 +212,9 @@ int main(int argc, char **argv)
 		}
 		CHECK_OK(ember_graph_buffer_close(b));
 	}
-	printf("  %d rounds, %llu states, %llu row updates, %llu samples, %.2f s\n", rounds,
-	       (unsigned long long)states_total, (unsigned long long)updates,
+	printf("  %d rounds, %llu states, %llu row updates (%llu asynchronous calls), %llu samples, "
+	       "%.2f s\n", rounds, (unsigned long long)states_total, (unsigned long long)updates,
+	       (unsigned long long)async_updates,
 	       (unsigned long long)samples, tu_now() - t0);
 	free(ref);
 	free(got);

@@ -1,0 +1,318 @@
+/*
+ * update.c - the trainer's writes into the buffer (scatter-add and overwrite),
+ * applied in the call (ember_graph_buffer_update) or by the buffer's updater
+ * thread while the trainer goes on (ember_graph_buffer_update_async); and the
+ * trainer's gather.
+ *
+ * Design notes
+ * ------------
+ * A scatter-add of a batch touches rows scattered over the c resident partitions:
+ * it is bound by memory latency, so every row is resolved (partition by a multiply,
+ * graph_buf_part) UPD_AHEAD rows before its add and all of its cache lines are
+ * prefetched; the partitions touched are marked dirty once per call, not per row.
+ *
+ * The asynchronous update is zero-copy for the rows: the updater reads the caller's
+ * rows, which stay the caller's to keep unchanged until the next call that drains
+ * (graph_upd_drain). The trainer resolves every node to its row's address while it
+ * checks the nodes (upd_rowp), so the updater reads no state field and the trainer
+ * may move to the next state while the update is still being applied. One update
+ * at most is outstanding.
+ *
+ * Job states and their transitions (upd_busy, under mu):
+ *   IDLE --update_async: checks, resolves, marks dirty, sets the job--> BUSY
+ *   BUSY --updater: applies it outside mu, then under mu upd_busy = false--> IDLE
+ *
+ * Invariants:
+ *   1. update_async sets a job (and fills upd_rowp) only when IDLE (it drains
+ *      first); the updater reads the job only while BUSY; both hand over under mu.
+ *   2. Updates land in call order: an update (either kind) first drains the one
+ *      outstanding, so ADD sums and SET keeps the last, as if each were applied
+ *      at its call.
+ *   3. While BUSY, no one else reads or writes the rows the job targets: they lie
+ *      in slots of the state current at its call, marked dirty then (under mu).
+ *      The trainer's data calls (update, update_sync, gather, flush, close) and the
+ *      samplers' and device sends' reads drain first. next_state may move on: a
+ *      touched slot that stays resident is read only by those calls; an evicted one
+ *      is dirty, so it goes to the writer, which takes no write while BUSY
+ *      (buffer.c), and no reader refills it before its write ends (buffer.c
+ *      invariant 1); with READ_ONLY (evictions write nothing) next_state drains.
+ *   4. Slot data arrays live as long as the buffer, so resolved addresses stay
+ *      valid across states.
+ *   5. upd_pending mirrors upd_busy (stored under mu, release); a reader that loads
+ *      0 (acquire) sees every applied row without taking mu.
+ */
+#include "graph/graph_int.h"
+
+#include <string.h>
+
+#include "core/alloc.h"
+
+/* Rows resolved ahead of their add: far enough for an L3 or DRAM access to land. */
+#define UPD_AHEAD 16u
+
+/* The row of node v, which nodes_check accepted. */
+static inline float *cur_row(const ember_graph_buffer *b, uint64_t v)
+{
+	uint64_t part = graph_buf_part(b, v);
+	return b->cur_data[b->part_pos[part]] + (v - part * b->ps) * b->dim;
+}
+
+/* Check that every node is in the current state; note the positions (in
+ * cur_parts) of the partitions touched when touched is not NULL. */
+static int nodes_check(const ember_graph_buffer *b, size_t n, const uint64_t *nodes,
+		       bool *touched)
+{
+	if (!b->have_state)
+		return EMBER_ESTATE;
+	uint64_t nn = b->g->meta.num_nodes;
+	for (size_t i = 0; i < n; i++) {
+		if (nodes[i] >= nn)
+			return EMBER_EINVAL;
+		int32_t pos = b->part_pos[graph_buf_part(b, nodes[i])];
+		if (pos < 0)
+			return EMBER_EINVAL;
+		if (touched)
+			touched[pos] = true;
+	}
+	return 0;
+}
+
+static void row_add(float *restrict row, const float *restrict src, uint32_t dim)
+{
+	for (uint32_t d = 0; d < dim; d++)
+		row[d] += src[d];
+}
+
+static void prefetch_row(const float *r, size_t row_bytes)
+{
+	for (size_t o = 0; o < row_bytes; o += 64)
+		__builtin_prefetch((const char *)r + o, 1);
+}
+
+/* Apply n rows to the rows at rowp[] (resolved), prefetching UPD_AHEAD rows ahead. */
+static void apply_resolved(float *const *rowp, const float *rows, size_t n, uint32_t dim,
+			   int mode)
+{
+	size_t row_bytes = (size_t)dim * 4;
+	for (size_t i = 0; i < n && i < UPD_AHEAD; i++)
+		prefetch_row(rowp[i], row_bytes);
+	for (size_t i = 0; i < n; i++) {
+		if (i + UPD_AHEAD < n)
+			prefetch_row(rowp[i + UPD_AHEAD], row_bytes);
+		if (mode == EMBER_GRAPH_UPDATE_ADD)
+			row_add(rowp[i], rows + i * dim, dim);
+		else
+			memcpy(rowp[i], rows + i * dim, row_bytes);
+	}
+}
+
+/* Apply n rows to the nodes (checked), resolving each row UPD_AHEAD rows ahead. */
+static void apply_nodes(const ember_graph_buffer *b, const uint64_t *nodes, const float *rows,
+			size_t n, int mode)
+{
+	uint32_t dim = b->dim;
+	size_t row_bytes = (size_t)dim * 4;
+	float *ring[UPD_AHEAD]; /* row i waits in ring[i % UPD_AHEAD] */
+	for (size_t i = 0; i < n + UPD_AHEAD; i++) {
+		float *r = NULL;
+		if (i < n) {
+			r = cur_row(b, nodes[i]);
+			prefetch_row(r, row_bytes);
+		}
+		if (i >= UPD_AHEAD) { /* row j leaves the slot row i takes */
+			size_t j = i - UPD_AHEAD;
+			if (mode == EMBER_GRAPH_UPDATE_ADD)
+				row_add(ring[j % UPD_AHEAD], rows + j * dim, dim);
+			else
+				memcpy(ring[j % UPD_AHEAD], rows + j * dim, row_bytes);
+		}
+		if (r)
+			ring[i % UPD_AHEAD] = r;
+	}
+}
+
+/* Mark the partitions touched (positions in cur_parts) dirty. Caller holds mu. */
+static void mark_dirty_locked(ember_graph_buffer *b, const bool *touched)
+{
+	for (uint32_t i = 0; i < b->c; i++)
+		if (touched[i])
+			b->slots[b->part_slot[b->cur_parts[i]]].dirty = true;
+}
+
+/* ---- the updater ---------------------------------------------------------------- */
+
+static void *updater_main(void *arg)
+{
+	ember_graph_buffer *b = arg;
+	pthread_mutex_lock(&b->mu);
+	for (;;) {
+		if (!b->upd_busy) {
+			if (b->stop)
+				break;
+			pthread_cond_wait(&b->cv_update, &b->mu);
+			continue;
+		}
+		struct graph_upd_job job = b->upd;
+		pthread_mutex_unlock(&b->mu);
+		double t0 = graph_now();
+		apply_resolved(job.rowp, job.rows, job.n, b->dim, job.mode);
+		double t1 = graph_now();
+		pthread_mutex_lock(&b->mu);
+		b->st.update_seconds += t1 - t0;
+		b->upd_busy = false;
+		/* release: a sampler that loads 0 without mu sees the rows applied */
+		atomic_store_explicit(&b->upd_pending, 0, memory_order_release);
+		pthread_cond_broadcast(&b->cv_done);
+		pthread_cond_broadcast(&b->cv_writer); /* writes that waited for it */
+	}
+	pthread_mutex_unlock(&b->mu);
+	return NULL;
+}
+
+int graph_upd_start(ember_graph_buffer *b)
+{
+	int rc = -pthread_create(&b->updater, NULL, updater_main, b);
+	if (rc == 0)
+		b->updater_started = true;
+	return rc;
+}
+
+/* buffer_stop has set stop and broadcast cv_update: the updater finishes its job
+ * (if any) and exits. */
+void graph_upd_join(ember_graph_buffer *b)
+{
+	if (b->updater_started)
+		pthread_join(b->updater, NULL);
+	b->updater_started = false;
+}
+
+void graph_upd_free(ember_graph_buffer *b)
+{
+	em_free(b->upd_rowp, 0);
+	b->upd_rowp = NULL;
+	b->upd_cap = 0;
+}
+
+void graph_upd_drain_locked(ember_graph_buffer *b)
+{
+	if (!b->upd_busy)
+		return;
+	double t0 = graph_now();
+	while (b->upd_busy)
+		pthread_cond_wait(&b->cv_done, &b->mu);
+	b->st.update_wait_seconds += graph_now() - t0;
+}
+
+void graph_upd_drain(ember_graph_buffer *b)
+{
+	/* acquire: pairs with the updater's release store; 0 means every row landed */
+	if (atomic_load_explicit(&b->upd_pending, memory_order_acquire) == 0)
+		return;
+	pthread_mutex_lock(&b->mu);
+	graph_upd_drain_locked(b);
+	pthread_mutex_unlock(&b->mu);
+}
+
+/* ---- the calls -------------------------------------------------------------------- */
+
+static int update_args(const ember_graph_buffer *b, size_t n, const uint64_t *nodes,
+		       const float *rows, int mode)
+{
+	if (!b || (n && (!nodes || !rows)) ||
+	    (mode != EMBER_GRAPH_UPDATE_ADD && mode != EMBER_GRAPH_UPDATE_SET))
+		return EMBER_EINVAL;
+	return 0;
+}
+
+int ember_graph_buffer_update(ember_graph_buffer *b, size_t n, const uint64_t *nodes,
+			      const float *rows, int mode)
+{
+	bool touched[EMBER_GRAPH_MAX_PARTITIONS];
+	int rc = update_args(b, n, nodes, rows, mode);
+	if (rc < 0)
+		return rc;
+	graph_upd_drain(b); /* invariant 2 */
+	memset(touched, 0, b->c);
+	if ((rc = nodes_check(b, n, nodes, touched)) < 0 || n == 0)
+		return rc;
+	double t0 = graph_now();
+	apply_nodes(b, nodes, rows, n, mode);
+	pthread_mutex_lock(&b->mu);
+	b->st.update_seconds += graph_now() - t0;
+	mark_dirty_locked(b, touched);
+	pthread_mutex_unlock(&b->mu);
+	return 0;
+}
+
+int ember_graph_buffer_update_async(ember_graph_buffer *b, size_t n, const uint64_t *nodes,
+				    const float *rows, int mode)
+{
+	bool touched[EMBER_GRAPH_MAX_PARTITIONS];
+	int rc = update_args(b, n, nodes, rows, mode);
+	if (rc < 0)
+		return rc;
+	graph_upd_drain(b); /* invariants 1 and 2 */
+	if (!b->have_state)
+		return EMBER_ESTATE;
+	if (n == 0)
+		return 0;
+	if (n > b->upd_cap) {
+		size_t cap = n < 1024 ? 1024 : n;
+		float **rp = em_alloc(cap * sizeof(float *));
+		if (!rp)
+			return EMBER_ENOMEM;
+		em_free(b->upd_rowp, 0);
+		pthread_mutex_lock(&b->mu);
+		graph_mem_add(b, (int64_t)(cap - b->upd_cap) * (int64_t)sizeof(float *));
+		pthread_mutex_unlock(&b->mu);
+		b->upd_rowp = rp;
+		b->upd_cap = cap;
+	}
+	/* check and resolve in one pass; nothing is handed over if a node fails */
+	memset(touched, 0, b->c);
+	uint64_t nn = b->g->meta.num_nodes;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t v = nodes[i], part = graph_buf_part(b, v);
+		int32_t pos = v < nn ? b->part_pos[part] : -1;
+		if (pos < 0)
+			return EMBER_EINVAL;
+		touched[pos] = true;
+		b->upd_rowp[i] = b->cur_data[pos] + (v - part * b->ps) * b->dim;
+	}
+	pthread_mutex_lock(&b->mu);
+	mark_dirty_locked(b, touched);
+	b->upd = (struct graph_upd_job){.rowp = b->upd_rowp, .rows = rows, .n = n, .mode = mode};
+	b->upd_busy = true;
+	/* release: pairs with graph_upd_drain's acquire (a non-zero value sends readers
+	 * to wait under mu) */
+	atomic_store_explicit(&b->upd_pending, 1, memory_order_release);
+	b->st.updates_async++;
+	pthread_cond_signal(&b->cv_update);
+	pthread_mutex_unlock(&b->mu);
+	return 0;
+}
+
+int ember_graph_buffer_update_sync(ember_graph_buffer *b)
+{
+	if (!b)
+		return EMBER_EINVAL;
+	graph_upd_drain(b);
+	return 0;
+}
+
+int ember_graph_buffer_gather(ember_graph_buffer *b, size_t n, const uint64_t *nodes, float *out)
+{
+	if (!b || (n && (!nodes || !out)))
+		return EMBER_EINVAL;
+	graph_upd_drain(b);
+	int rc = nodes_check(b, n, nodes, NULL);
+	if (rc < 0)
+		return rc;
+	size_t row_bytes = (size_t)b->dim * 4;
+	for (size_t i = 0; i < n; i++) {
+		if (i + 8 < n)
+			__builtin_prefetch(cur_row(b, nodes[i + 8]));
+		memcpy(out + i * b->dim, cur_row(b, nodes[i]), row_bytes);
+	}
+	return 0;
+}

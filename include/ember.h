@@ -148,6 +148,13 @@ typedef struct ember_options {
 	 * since it was cached moves to the cache's tail instead). Writes of a key drop
 	 * its cached copy. At least 8 pages when set. Default 0: off. */
 	uint64_t read_cache_memory;
+	/* Memory of the cold index's entry cache: for recently read cold keys, their
+	 * chain's entry in the hash chunk on disk (24 bytes each), so that reading such
+	 * a key again costs one disk read (the record) instead of two (chunk, record).
+	 * Counts in memory_budget. Default 0: a 32nd of memory_budget (or of
+	 * log_memory when no budget is set), less if the budget leaves no room;
+	 * EMBER_COLD_CACHE_OFF: none. */
+	uint64_t cold_cache_memory;
 
 	/* ---- durability (see docs/checkpoint.md) ---- */
 
@@ -161,6 +168,9 @@ typedef struct ember_options {
 	void (*log_fn)(void *log_arg, const char *line);
 	void *log_arg;
 } ember_options;
+
+/* ember_options.cold_cache_memory: no entry cache. */
+#define EMBER_COLD_CACHE_OFF UINT64_MAX
 
 /* Fill *opts with the defaults. opts must not be NULL. */
 void ember_options_default(ember_options *opts);
@@ -186,8 +196,10 @@ typedef struct ember_stats {
 	ember_tier_stats hot, cold;
 	uint64_t read_cache_hits;      /* user reads answered by the read cache */
 	uint64_t read_cache_bytes;     /* read cache memory (0 when off) */
+	uint64_t cold_cache_hits;      /* chunk reads the cold index's entry cache saved */
+	uint64_t cold_cache_bytes;     /* its memory (0 when off) */
 	uint64_t index_bytes;          /* hot hash index memory */
-	uint64_t cold_index_bytes;     /* cold index table + chunk log memory */
+	uint64_t cold_index_bytes;     /* cold index table + chunk log memory + entry cache */
 	uint64_t chunk_log_bytes_disk; /* the cold index's chunks on disk */
 	uint64_t user_reads;           /* keys read by get / get_batch */
 	uint64_t user_writes;          /* records appended by put / delete / rmw */

@@ -33,6 +33,48 @@ void ci_destroy(struct cold_index *ci)
 	if (ci->table)
 		munmap((void *)ci->table, ci->table_bytes);
 	ci->table = NULL;
+	if (ci->cache)
+		munmap(ci->cache, ci->cache_bytes);
+	ci->cache = NULL;
+	ci->cache_slots = 0;
+}
+
+int ci_cache_init(struct cold_index *ci, uint64_t bytes)
+{
+	uint64_t n = bytes / sizeof(struct ci_cache_slot);
+	if (!n)
+		return 0;
+	size_t len = (size_t)(n * sizeof(struct ci_cache_slot));
+	/* zero pages: every slot starts empty (tag 0 names no chunk copy) */
+	void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED)
+		return EMBER_ENOMEM;
+	ci->cache = m;
+	ci->cache_slots = n;
+	ci->cache_bytes = len;
+	return 0;
+}
+
+void ci_cache_put(struct cold_index *ci, uint64_t hash, uint64_t chunk_addr, uint64_t entry)
+{
+	if (!ci->cache)
+		return;
+	struct ci_cache_slot *sl = ci_cache_slot_of(ci, hash);
+	/* relaxed: the CAS below decides */
+	uint64_t s1 = atomic_load_explicit(&sl->seq, memory_order_relaxed);
+	if (s1 & 1)
+		return;
+	/* relaxed: the fence below orders the odd sequence before the new words */
+	if (!atomic_compare_exchange_strong_explicit(&sl->seq, &s1, s1 + 1, memory_order_relaxed,
+						     memory_order_relaxed))
+		return;
+	/* release fence: a reader that sees either new word sees the odd sequence too */
+	atomic_thread_fence(memory_order_release);
+	/* relaxed: published by the release store of the sequence */
+	atomic_store_explicit(&sl->tag, ci_cache_tag(ci, chunk_addr, hash), memory_order_relaxed);
+	atomic_store_explicit(&sl->entry, entry, memory_order_relaxed);
+	/* release: the new words are visible before the even sequence */
+	atomic_store_explicit(&sl->seq, s1 + 2, memory_order_release);
 }
 
 uint64_t ci_chunks_used(struct cold_index *ci)

@@ -27,6 +27,18 @@
  *     region is safe, so no in-place CAS is lost to a concurrent copy.
  *  4. Readers load an entry with one 8-byte atomic load (memory) or read the whole
  *     chunk record back from disk (checksummed like every record).
+ *  5. Entry cache (ci_cache_*): a direct-mapped table of (chunk copy address,
+ *     entry index) -> entry, filled from the chunks that user reads fetched from
+ *     disk, so a repeated cold read costs one disk read (the record) instead of
+ *     two. A chunk copy below the chunk log's head never changes (in-place CAS
+ *     happens only while it is mutable, notes 2-3) and log addresses are never
+ *     reused, so a cached entry is exact for as long as table[c] still names the
+ *     copy it came from: any update of the chunk makes a new copy at a new
+ *     address, which retires every cached entry of the old one. Lookups consult
+ *     the cache only for a copy below head (one in memory is read directly).
+ *     Each slot is a seqlock (seq odd while a writer fills it): readers never
+ *     wait and treat a slot being written as a miss; a writer that finds a slot
+ *     taken skips its fill. 24 bytes a slot, memory-only, empty at open.
  *
  * Threads: every call is thread-safe; callers are epoch-protected sessions.
  */
@@ -39,6 +51,13 @@
 #include "log/hlog.h"
 #include "log/record.h"
 
+/* One entry-cache slot (note 5). */
+struct ci_cache_slot {
+	_Atomic uint64_t seq;   /* odd while a writer fills the slot */
+	_Atomic uint64_t tag;   /* chunk copy address | entry index << EM_ADDR_BITS; 0: empty */
+	_Atomic uint64_t entry; /* the entry's value in that copy */
+};
+
 struct cold_index {
 	uint64_t nchunks;
 	uint64_t chunk_mask;
@@ -47,6 +66,9 @@ struct cold_index {
 	_Atomic uint64_t *table;
 	size_t table_bytes;
 	struct hlog *log; /* the chunk log */
+	struct ci_cache_slot *cache; /* entry cache (note 5); NULL: off */
+	uint64_t cache_slots;
+	size_t cache_bytes;
 };
 
 /* nchunks: a power of two; chunk_bytes: a power of two in [64, 4096]. */
@@ -93,6 +115,53 @@ static inline int ci_chunk_ok(const struct cold_index *ci, struct record *rec, u
 	memcpy(&id, rec_key(rec), 8);
 	return id == chunk;
 }
+
+/* Give the cold index an entry cache of about bytes (note 5; 0: none). Call once,
+ * after ci_init and before any lookup. 0 or EMBER_ENOMEM. */
+int ci_cache_init(struct cold_index *ci, uint64_t bytes);
+
+static inline struct ci_cache_slot *ci_cache_slot_of(const struct cold_index *ci, uint64_t hash)
+{
+	/* the chain (chunk, entry) picks the slot, spread by a multiplicative mix */
+	uint64_t chain = (ci_chunk_of(ci, hash) << 9) | ci_slot_of(ci, hash);
+	uint64_t m = chain * UINT64_C(0x9E3779B97F4A7C15);
+	return &ci->cache[(uint64_t)(((unsigned __int128)m * ci->cache_slots) >> 64)];
+}
+
+static inline uint64_t ci_cache_tag(const struct cold_index *ci, uint64_t chunk_addr,
+				    uint64_t hash)
+{
+	return chunk_addr | ((uint64_t)ci_slot_of(ci, hash) << EM_ADDR_BITS);
+}
+
+/* The entry of hash's chain in the chunk copy at chunk_addr (on disk), if cached:
+ * 1 and *entry set, else 0. Never waits. */
+static inline int ci_cache_get(const struct cold_index *ci, uint64_t hash, uint64_t chunk_addr,
+			       uint64_t *entry)
+{
+	if (!ci->cache)
+		return 0;
+	struct ci_cache_slot *sl = ci_cache_slot_of(ci, hash);
+	/* acquire: the words read below are at least as new as this sequence */
+	uint64_t s1 = atomic_load_explicit(&sl->seq, memory_order_acquire);
+	if (s1 & 1)
+		return 0;
+	/* relaxed: validated by the sequence check below */
+	uint64_t tag = atomic_load_explicit(&sl->tag, memory_order_relaxed);
+	uint64_t e = atomic_load_explicit(&sl->entry, memory_order_relaxed);
+	/* acquire fence: the two loads above happen before the sequence is read again */
+	atomic_thread_fence(memory_order_acquire);
+	/* relaxed: ordered by the fence above */
+	if (atomic_load_explicit(&sl->seq, memory_order_relaxed) != s1 ||
+	    tag != ci_cache_tag(ci, chunk_addr, hash))
+		return 0;
+	*entry = e;
+	return 1;
+}
+
+/* Remember that hash's chain has entry in the chunk copy at chunk_addr (read from
+ * disk). Skips the fill if another writer holds the slot. */
+void ci_cache_put(struct cold_index *ci, uint64_t hash, uint64_t chunk_addr, uint64_t entry);
 
 /* Table words in use (statistics). */
 uint64_t ci_chunks_used(struct cold_index *ci);

@@ -102,6 +102,9 @@ static int options_resolve(const ember_options *in, ember_options *out)
 	if (out->memory_budget > (UINT64_C(1) << 44) || out->cold_log_memory > (UINT64_C(1) << 44) ||
 	    out->read_cache_memory > (UINT64_C(1) << 44))
 		return EMBER_EINVAL;
+	if (out->cold_cache_memory != EMBER_COLD_CACHE_OFF &&
+	    out->cold_cache_memory > (UINT64_C(1) << 44))
+		return EMBER_EINVAL;
 	if (out->read_cache_memory && out->read_cache_memory / out->page_size < 8)
 		return EMBER_EINVAL;
 	if (out->flags & ~(uint32_t)(EMBER_OPEN_TRUNCATE | EMBER_OPEN_READONLY))
@@ -113,7 +116,7 @@ static int options_resolve(const ember_options *in, ember_options *out)
 
 /* Sizes of every log's memory and disk budget, from the resolved options. */
 struct layout {
-	uint64_t hot_mem, cold_mem, chunk_mem;
+	uint64_t hot_mem, cold_mem, chunk_mem, cache_mem;
 	uint64_t hot_budget, cold_budget, chunk_budget;
 };
 
@@ -144,9 +147,20 @@ static int layout_resolve(const ember_options *o, const struct store_geometry *g
 	lay->chunk_mem = em_page_floor(base / 16, (unsigned)__builtin_ctz(o->page_size));
 	if (lay->chunk_mem < min_log)
 		lay->chunk_mem = min_log;
+	/* the entry cache: asked for, off, or by default a 32nd of the base that
+	 * yields to the logs when the budget is tight */
+	int cache_default = !o->cold_cache_memory;
+	lay->cache_mem = o->cold_cache_memory == EMBER_COLD_CACHE_OFF ? 0
+			 : cache_default			     ? base / 32
+								     : o->cold_cache_memory;
 	if (o->memory_budget) {
 		uint64_t others = index_bytes + table_bytes + lay->cold_mem + lay->chunk_mem +
 				  o->read_cache_memory;
+		if (cache_default && o->memory_budget < others + lay->cache_mem + min_log)
+			lay->cache_mem = o->memory_budget > others + min_log
+						 ? o->memory_budget - others - min_log
+						 : 0;
+		others += lay->cache_mem;
 		if (o->memory_budget < others + min_log && !geo)
 			return EMBER_EINVAL;
 		lay->hot_mem = o->memory_budget - others;
@@ -524,6 +538,9 @@ int ember_open(const char *dir, const ember_options *opts, ember_db **out)
 	rc = ci_init(&db->cidx, db->opts.cold_index_chunks, db->opts.cold_chunk_bytes, db->chunks);
 	if (rc < 0)
 		goto undo_chunks;
+	rc = ci_cache_init(&db->cidx, lay.cache_mem);
+	if (rc < 0)
+		goto undo_cidx_only;
 	if (db->opts.read_cache_memory) {
 		rc = rc_open(db, db->opts.read_cache_memory);
 		if (rc < 0)

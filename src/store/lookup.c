@@ -51,7 +51,11 @@ static struct em_file *phase_file(struct ember_db *db, int phase)
 static void finish(struct lookup_run *run, struct lookup *l, int status, struct record *rec,
 		   int in_memory)
 {
-	if (status == 0 && l->phase == LK_COLD && (l->flags & LK_FILL_RC) && run->s->db->rc) {
+	/* a user read served by the cold log (its memory tail soon leaves for disk) or
+	 * by the hot log below head is copied into the read cache; a hot record in
+	 * memory needs no copy */
+	if (status == 0 && (l->phase == LK_COLD || (l->phase == LK_HOT && !in_memory)) &&
+	    (l->flags & LK_FILL_RC) && run->s->db->rc) {
 		struct ember_db *db = run->s->db;
 		int was = epoch_is_protected(db->ep, run->s->slot);
 		if (!was)
@@ -130,6 +134,11 @@ static int lk_cold_start(struct lookup_run *run, struct lookup *l)
 	}
 	if (ca >= hlog_load(&db->chunks->head))
 		return lk_cold_walk(run, l, ci_entry(ci, hlog_rec(db->chunks, ca), l->hash));
+	uint64_t e;
+	if (!(l->flags & LK_CHUNK_ONLY) && ci_cache_get(ci, l->hash, ca, &e)) {
+		stat_add(&run->s->cur->ci_hits, 1); /* the copy on disk at ca holds e */
+		return lk_cold_walk(run, l, e);
+	}
 	l->phase = LK_CHUNK;
 	l->addr = ca;
 	return LK_READ;
@@ -341,6 +350,8 @@ static void on_read(struct lookup_run *run, uint32_t idx, int res)
 			goto out;
 		}
 		uint64_t e = ci_entry(ci, r, l->hash);
+		if (l->flags & LK_FILL_RC)
+			ci_cache_put(ci, l->hash, l->addr, e); /* a user read: worth keeping */
 		epoch_protect(db->ep, s->slot);
 		next = lk_cold_walk(run, l, e);
 		epoch_unprotect(db->ep, s->slot);

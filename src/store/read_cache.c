@@ -1,9 +1,10 @@
 /*
- * read_cache.c - the optional read cache: recently read cold records, kept in a
- * memory-only hybrid log and reached from the hot index (see store_int.h).
+ * read_cache.c - the optional read cache: copies of records that user reads found
+ * on disk or in the cold log (lookup.c, finish), kept in a memory-only hybrid log
+ * and reached from the hot index (see store_int.h).
  *
  * Design notes
- *  1. Insert (rc_insert): after a cold hit, copy the record to the read-cache tail
+ *  1. Insert (rc_insert): after a cold hit or a hot hit below head, copy the record to the read-cache tail
  *     with prev = the hot chain, and CAS the hot entry from the value the lookup
  *     saw when it began (or insert a new entry if there was none). Any write of the
  *     tag in between changed the entry, so the CAS fails and nothing stale is cached.

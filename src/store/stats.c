@@ -48,6 +48,7 @@ int ember_stats_get(ember_db *db, ember_stats *out)
 		out->user_reads += ld(&s->st.user_reads);
 		out->user_writes += ld(&s->st.user_records);
 		out->user_bytes_written += ld(&s->st.user_bytes);
+		out->cold_cache_hits += ld(&s->st.ci_hits);
 	}
 	pthread_mutex_unlock(&db->sess_mu);
 	out->hot.reads_memory = reads[TIER_HOT_MEM];
@@ -66,7 +67,8 @@ int ember_stats_get(ember_db *db, ember_stats *out)
 	out->hot.records = out->user_writes > hot_out ? out->user_writes - hot_out : 0;
 	out->cold.records = moved_in > cold_out ? moved_in - cold_out : 0;
 	out->index_bytes = db->index.table_bytes + hi_overflow_buckets(&db->index) * 64;
-	out->cold_index_bytes = db->cidx.table_bytes + db->chunks->mem_size;
+	out->cold_cache_bytes = db->cidx.cache_bytes;
+	out->cold_index_bytes = db->cidx.table_bytes + db->chunks->mem_size + db->cidx.cache_bytes;
 	out->chunk_log_bytes_disk = hlog_load(&db->chunks->tail) - hlog_load(&db->chunks->begin);
 	out->compaction_bytes_written = out->hot.compaction_bytes_written +
 					out->cold.compaction_bytes_written +

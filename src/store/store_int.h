@@ -49,7 +49,7 @@ struct io_slot {
 enum { LK_HOT = 0, LK_CHUNK = 1, LK_COLD = 2 };
 #define LK_HOT_ONLY 0x1  /* stop where the hot chain ends (compaction liveness) */
 #define LK_COLD_ONLY 0x2 /* start at the cold index (cold compaction liveness) */
-#define LK_FILL_RC 0x4   /* a user read: copy a cold hit into the read cache */
+#define LK_FILL_RC 0x4   /* a user read: fill the read cache and the cold entry cache */
 #define LK_CHUNK_ONLY 0x8 /* read the chunk at addr and stop (compaction prefetch) */
 #define LK_FROM_INDEX UINT64_MAX /* addr sentinel: start at the phase's index */
 
@@ -86,6 +86,7 @@ struct sess_stats {
 	_Atomic uint64_t user_reads; /* get / get_batch keys */
 	_Atomic uint64_t user_bytes; /* record bytes appended by user writes */
 	_Atomic uint64_t user_records;
+	_Atomic uint64_t ci_hits;    /* chunk reads saved by the cold index's entry cache */
 };
 enum { TIER_HOT_MEM, TIER_HOT_DISK, TIER_COLD_MEM, TIER_COLD_DISK, TIER_RC };
 

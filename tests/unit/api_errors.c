@@ -806,6 +806,8 @@ static void test_bad_options(void)
 	BAD(io_queue_depth, UINT32_MAX);
 	BAD(log_memory, 4u * (64u << 10)); /* fewer than 8 pages */
 	BAD(log_memory, 8u * (64u << 10) - 1);
+	BAD(cold_cache_memory, (1ull << 44) + 1);
+	BAD(cold_cache_memory, UINT64_MAX - 1); /* only UINT64_MAX itself means "off" */
 #undef BAD
 	/* An index too big to allocate: a negative code, never a crash. */
 	small_opts(&o);
@@ -816,7 +818,7 @@ static void test_bad_options(void)
 	struct {
 		const char *what;
 		ember_options o;
-	} good[8];
+	} good[10];
 	int ng = 0;
 	small_opts(&good[ng].o), good[ng].o.mutable_fraction = 1.0, good[ng++].what = "f = 1";
 	small_opts(&good[ng].o), good[ng].o.mutable_fraction = 0.01, good[ng++].what = "f = 0.01";
@@ -830,6 +832,10 @@ static void test_bad_options(void)
 		good[ng++].what = "1000 buckets (rounded up)";
 	small_opts(&good[ng].o), good[ng].o.page_size = 1u << 20, good[ng].o.log_memory = 8u << 20,
 		good[ng++].what = "1 MiB pages, 8 pages";
+	small_opts(&good[ng].o), good[ng].o.cold_cache_memory = EMBER_COLD_CACHE_OFF,
+		good[ng++].what = "no cold entry cache";
+	small_opts(&good[ng].o), good[ng].o.cold_cache_memory = 100,
+		good[ng++].what = "a cold entry cache of 4 slots";
 	for (int i = 0; i < ng; i++) {
 		ember_db *db = NULL;
 		int rc = ember_open(dir, &good[i].o, &db);

@@ -90,6 +90,7 @@ static int ee_open(const ycsb_engine_params *p, void **db, char *settings, size_
 					     : pow2_ceil(p->records / 4 > 0 ? p->records / 4 : 1);
 	}
 	opts.read_cache_memory = p->read_cache;
+	opts.cold_cache_memory = p->cold_cache; /* UINT64_MAX is EMBER_COLD_CACHE_OFF */
 	opts.flags |= EMBER_OPEN_TRUNCATE; /* the driver hands us a fresh directory */
 	rc = ember_open(p->dir, &opts, &edb);
 	if (rc < 0)
@@ -220,12 +221,15 @@ static void ee_stats(void *db, char *out, size_t cap)
 		 "hot log %" PRIu64 " records (%" PRIu64 " MiB on disk), cold log %" PRIu64
 		 " records (%" PRIu64 " MiB on disk); user reads from hot memory %" PRIu64
 		 ", hot disk %" PRIu64 ", cold memory %" PRIu64 ", cold disk %" PRIu64
+		 ", read cache %" PRIu64 " (%" PRIu64 " MiB); chunk reads saved by the cold "
+		 "entry cache %" PRIu64 " (%" PRIu64 " MiB)"
 		 "; disk reads %" PRIu64 " (%.0f B per user read); compactions %" PRIu64
 		 " hot, %" PRIu64 " cold; write amplification %.2f; hash index %" PRIu64
 		 " MiB, cold index %" PRIu64 " MiB",
 		 s.hot.records, s.hot.bytes_disk >> 20, s.cold.records, s.cold.bytes_disk >> 20,
 		 s.hot.reads_memory, s.hot.reads_disk, s.cold.reads_memory, s.cold.reads_disk,
-		 s.disk_reads, s.read_amplification, s.hot.compactions, s.cold.compactions,
+		 s.read_cache_hits, s.read_cache_bytes >> 20, s.cold_cache_hits,
+		 s.cold_cache_bytes >> 20, s.disk_reads, s.read_amplification, s.hot.compactions, s.cold.compactions,
 		 s.write_amplification, s.index_bytes >> 20, s.cold_index_bytes >> 20);
 }
 

@@ -64,6 +64,9 @@ static void usage(FILE *f)
 "  --seed N              random seed (default 1; printed)\n"
 "  --ember-read-cache BYTES  Ember's read cache (read_cache_memory; larger than\n"
 "                        memory it is part of the budget). Default 0: off\n"
+"  --ember-cold-cache BYTES|off  Ember's cold index entry cache\n"
+"                        (cold_cache_memory, part of the budget). Default:\n"
+"                        Ember's (a 32nd of the budget)\n"
 "  --ember-memory MODE   larger than memory, what the budget bounds in Ember:\n"
 "                        whole (default: memory_budget, the whole store, with\n"
 "                        the cold tier and compaction) or hot-log (log_memory\n"
@@ -254,7 +257,7 @@ static uint64_t record_estimate(const ycsb_config *cfg)
 enum {
 	OPT_WORKLOAD = 256, OPT_RECORDS, OPT_OPS, OPT_SECONDS, OPT_THREADS, OPT_VALUE_SIZE,
 	OPT_KEY_SIZE, OPT_DIST, OPT_THETA, OPT_BATCH, OPT_DIR, OPT_LOG_MEMORY,
-	OPT_INDEX_BUCKETS, OPT_READ_CACHE, OPT_REPEAT, OPT_JSON, OPT_ENGINE, OPT_QUICK, OPT_PREGEN,
+	OPT_INDEX_BUCKETS, OPT_READ_CACHE, OPT_COLD_CACHE, OPT_REPEAT, OPT_JSON, OPT_ENGINE, OPT_QUICK, OPT_PREGEN,
 	OPT_LOAD_THREADS, OPT_SEED, OPT_VERIFY, OPT_DISK_PROBE, OPT_PROBE_SECONDS,
 	OPT_PROBE_SIZE, OPT_LIST_ENGINES, OPT_EMBER_MEMORY, OPT_HELP,
 };
@@ -274,6 +277,7 @@ static const struct option long_opts[] = {
 	{ "log-memory", required_argument, NULL, OPT_LOG_MEMORY },
 	{ "index-buckets", required_argument, NULL, OPT_INDEX_BUCKETS },
 	{ "ember-read-cache", required_argument, NULL, OPT_READ_CACHE },
+	{ "ember-cold-cache", required_argument, NULL, OPT_COLD_CACHE },
 	{ "repeat", required_argument, NULL, OPT_REPEAT },
 	{ "json", required_argument, NULL, OPT_JSON },
 	{ "engine", required_argument, NULL, OPT_ENGINE },
@@ -377,6 +381,15 @@ static int parse_one(int c, const char *arg, ycsb_config *cfg, given *g, int *wa
 		if (parse_u64(arg, &v, BINARY_SUFFIX) < 0)
 			return bad("ember-read-cache", arg);
 		cfg->read_cache = v;
+		return 0;
+	case OPT_COLD_CACHE:
+		if (!strcmp(arg, "off")) {
+			cfg->cold_cache = UINT64_MAX;
+			return 0;
+		}
+		if (parse_u64(arg, &v, BINARY_SUFFIX) < 0 || v == 0)
+			return bad("ember-cold-cache", arg);
+		cfg->cold_cache = v;
 		return 0;
 	case OPT_REPEAT:
 		if (parse_u64(arg, &v, NO_SUFFIX) < 0 || v == 0 || v > YCSB_MAX_REPEAT)

@@ -34,6 +34,7 @@ typedef struct ycsb_config {
 	uint64_t log_memory;   /* 0: Ember's default */
 	uint64_t index_buckets;
 	uint64_t read_cache; /* Ember's read_cache_memory (0: off) */
+	uint64_t cold_cache; /* Ember's cold_cache_memory (0: default; UINT64_MAX: off) */
 	unsigned repeat;
 	const char *json;
 	int quick;

@@ -499,6 +499,8 @@ typedef struct ember_graph_buffer_stats {
 	double update_wait_seconds;  /* trainer time waiting for an asynchronous update
 					to be applied (see ember_graph_buffer_update_async) */
 	uint64_t updates_async;      /* updates applied by the updater thread */
+	uint64_t states_prepared;    /* states whose examples the updater thread
+					gathered and shuffled ahead of next_state */
 } ember_graph_buffer_stats;
 
 /* Open a buffer on g (it starts empty). EMBER_ENOSPC: see memory_budget. */

@@ -47,8 +47,8 @@
  * for (k+1 .. k+H, H = the extra slots) hold (dirty ones go to the writer) ->
  * schedule loads of what state k lacks (normally nothing: it was prefetched; if no
  * slot is free, a partition kept for a later state is evicted, the one needed
- * last) -> wait -> schedule state k+1's buckets and the partitions of k+1, k+2, ...
- * into free slots while they last -> build state k's examples. The reader takes
+ * last) -> schedule state k+1's buckets and the partitions of k+1, k+2, ... into
+ * free slots while they last -> wait for state k -> build its examples. The reader takes
  * every queued load at once and issues one ember_get_batch over all their chunks.
  */
 #include "graph/graph_int.h"
@@ -59,7 +59,7 @@
 #include "core/alloc.h"
 #include "core/rng.h"
 
-#define EX_SHIFT 40
+#define EX_SHIFT GRAPH_EX_SHIFT
 #define EX_MASK ((1ull << EX_SHIFT) - 1)
 
 /* ---- small helpers -------------------------------------------------------------- */
@@ -333,6 +333,7 @@ static void *reader_main(void *arg)
 				struct bucket_ent *e = &b->ents[items[t].idx];
 				e->state = BK_READY;
 				b->st.buckets_read++;
+				pthread_cond_signal(&b->cv_update); /* examples ahead may wait for it */
 			} else {
 				struct slot *sl = &b->slots[items[t].idx];
 				sl->state = SLOT_RESIDENT;
@@ -683,6 +684,8 @@ static void buffer_free(ember_graph_buffer *b)
 	em_free(b->cur_data, 0);
 	em_free(b->cur_bk, 0);
 	em_free(b->examples, 0);
+	em_free(b->ex_next, 0);
+	em_free(b->prep_list, 0);
 	em_free(b->train_all, 0);
 	em_free(b->train_off, 0);
 	em_free(b->nodes_ex, 0);
@@ -798,8 +801,9 @@ int ember_graph_buffer_open(ember_graph *g, const ember_graph_buffer_options *op
 	b->part_pos = em_alloc(b->p * 4);
 	b->cur_data = em_zalloc(b->c * sizeof(float *));
 	b->cur_bk = em_zalloc((size_t)b->c * b->c * sizeof(void *));
+	b->prep_list = em_alloc((size_t)b->c * b->c * sizeof(*b->prep_list));
 	if (!b->slots || !b->part_slot || !b->ents || !b->bucket_ent || !b->cur_parts ||
-	    !b->part_pos || !b->cur_data || !b->cur_bk) {
+	    !b->part_pos || !b->cur_data || !b->cur_bk || !b->prep_list) {
 		rc = EMBER_ENOMEM;
 		goto undo_buffer;
 	}
@@ -822,6 +826,8 @@ int ember_graph_buffer_open(ember_graph *g, const ember_graph_buffer_options *op
 	b->st.slots = b->nslots;
 	graph_mem_add(b, (int64_t)(b->slot_bytes * b->nslots));
 	em_rng_seed(b->rng, opts->seed ^ 0x243f6a8885a308d3ull);
+	em_rng_seed(b->ex_rng, opts->seed ^ 0x13198a2e03707344ull);
+	b->prep_want = b->prep_done = -1;
 	rc = load_train(b);
 	if (rc < 0)
 		goto undo_buffer;
@@ -1024,21 +1030,26 @@ int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *p
 		if (u > max_union)
 			max_union = u;
 	}
-	if (b->budget && b->slot_bytes * b->nslots + max_union + 8 * (max_ex + max_nodes) > b->budget) {
+	if (b->budget && b->slot_bytes * b->nslots + max_union + 8 * (2 * max_ex + max_nodes) > b->budget) {
 		rc = EMBER_ENOSPC;
 		goto undo_mem;
 	}
 	if (max_ex > b->ex_cap) {
-		uint64_t *ex = em_alloc(max_ex * 8);
-		if (!ex) {
+		/* no examples are being built ahead: the last state asked for none */
+		uint64_t *ex = em_alloc(max_ex * 8), *ex2 = em_alloc(max_ex * 8);
+		if (!ex || !ex2) {
+			em_free(ex, 0);
+			em_free(ex2, 0);
 			rc = EMBER_ENOMEM;
 			goto undo_mem;
 		}
 		em_free(b->examples, 0);
+		em_free(b->ex_next, 0);
 		pthread_mutex_lock(&b->mu);
-		graph_mem_add(b, (int64_t)(max_ex - b->ex_cap) * 8);
+		graph_mem_add(b, (int64_t)(max_ex - b->ex_cap) * 16);
 		pthread_mutex_unlock(&b->mu);
 		b->examples = ex;
+		b->ex_next = ex2;
 		b->ex_cap = max_ex;
 		b->nexamples = b->ex_pos = 0;
 	}
@@ -1102,7 +1113,7 @@ static void evict(ember_graph_buffer *b, struct slot *sl)
 	}
 }
 
-static void shuffle64(uint64_t *rng, uint64_t *a, uint64_t n)
+void graph_shuffle64(uint64_t *rng, uint64_t *a, uint64_t n)
 {
 	for (uint64_t i = n; i > 1; i--) {
 		uint64_t j = em_rng_below(rng, i), t = a[i - 1];
@@ -1132,17 +1143,7 @@ static void enter_state(ember_graph_buffer *b, int64_t k)
 		}
 	b->have_state = true;
 	b->cur = k;
-	b->nexamples = b->ex_pos = 0;
-	for (uint32_t i = 0; i < b->c; i++)
-		for (uint32_t j = 0; j < b->c; j++) {
-			uint32_t bk = s[i] * b->p + s[j];
-			if (b->bucket_state[bk] != (uint32_t)k || !bucket_count(b, bk))
-				continue;
-			uint64_t e = b->bucket_ent[bk];
-			for (uint64_t x = 0; x < b->ents[e].count; x++)
-				b->examples[b->nexamples++] = e << EX_SHIFT | x;
-		}
-	shuffle64(b->rng, b->examples, b->nexamples);
+	graph_examples_enter(b, k);
 	b->nnodes_ex = b->nodes_pos = 0;
 	for (uint32_t i = 0; i < b->c; i++) {
 		uint32_t part = s[i];
@@ -1156,7 +1157,7 @@ static void enter_state(ember_graph_buffer *b, int64_t k)
 			for (uint64_t x = 0; x < graph_part_rows(m, part); x++)
 				b->nodes_ex[b->nnodes_ex++] = base + x;
 	}
-	shuffle64(b->rng, b->nodes_ex, b->nnodes_ex);
+	graph_shuffle64(b->rng, b->nodes_ex, b->nnodes_ex);
 }
 
 int ember_graph_buffer_next_state(ember_graph_buffer *b, ember_graph_state *st)
@@ -1202,7 +1203,12 @@ int ember_graph_buffer_next_state(ember_graph_buffer *b, ember_graph_state *st)
 		rc = schedule_parts(b, k, true);
 	if (rc < 0)
 		goto out;
-	rc = 0;
+	/* read ahead for the states after k now, not once k is ready: into free slots
+	 * only (k's own loads are all scheduled), so the second reader starts them
+	 * while k's are in flight and the disk never idles between states */
+	rc = prefetch_after(b, k);
+	if (rc < 0)
+		goto out;
 	double t0 = graph_now();
 	while (!b->error && !state_ready(b, k))
 		pthread_cond_wait(&b->cv_done, &b->mu);
@@ -1212,8 +1218,8 @@ int ember_graph_buffer_next_state(ember_graph_buffer *b, ember_graph_state *st)
 		goto out;
 	}
 	enter_state(b, k);
+	graph_examples_ahead(b, k);
 	b->st.states++;
-	rc = prefetch_after(b, k);
 	if (st)
 		*st = (ember_graph_state){.index = (uint32_t)k,
 					  .capacity = b->c,

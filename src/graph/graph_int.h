@@ -103,6 +103,8 @@ int graph_read_chunks(ember_graph *g, ember_session *s, int kind, uint32_t a, ui
 /* ---- the buffer (buffer.c; read by sampler.c) --------------------------------------- */
 
 #define GRAPH_NONE UINT32_MAX
+/* A training example: bucket entry << GRAPH_EX_SHIFT | edge index in the bucket. */
+#define GRAPH_EX_SHIFT 40
 /* Reader threads: a second one starts the next loads while the first one's batch is
  * still in flight (and overlaps one batch's copies with the other's I/O). */
 #define GRAPH_READERS 2
@@ -138,6 +140,12 @@ struct bucket_ent {
 	uint32_t *csc_off;   /* rows(j) + 1 */
 	uint32_t *csc_src;   /* count: src local ids grouped by dst local id */
 	uint64_t bytes;      /* memory held */
+};
+
+/* One bucket of a state's examples (update.c). */
+struct graph_prep_item {
+	uint64_t entry; /* in ents */
+	uint64_t count;
 };
 
 /* The outstanding asynchronous update (update.c). */
@@ -191,6 +199,15 @@ struct ember_graph_buffer {
 	struct bucket_ent **cur_bk; /* c x c: bucket (cur_parts[i], cur_parts[j]) or NULL */
 	uint64_t *examples;     /* entry index << 40 | edge index, shuffled */
 	uint64_t nexamples, ex_pos, ex_cap;
+	/* the next state's examples, built ahead by the updater thread (update.c,
+	 * "Examples ahead"; under mu but ex_next's contents and prep_list) */
+	uint64_t *ex_next;      /* ex_cap */
+	uint64_t nex_next;
+	int64_t prep_want;      /* state the updater is asked to build, -1 */
+	int64_t prep_done;      /* state whose examples ex_next holds, -1 */
+	bool prep_busy;         /* the updater is building prep_want's */
+	struct graph_prep_item *prep_list; /* c * c: the buckets being built */
+	uint64_t ex_rng[4];     /* the example shuffles' generator (its builder's) */
 	uint32_t *train_all;    /* all training nodes, local ids grouped by partition */
 	uint64_t *train_off;    /* p + 1 */
 	uint64_t *nodes_ex;     /* this state's training nodes (new ids), shuffled */
@@ -207,8 +224,9 @@ struct ember_graph_buffer {
 	ember_graph_buffer_stats st;
 };
 
-/* buffer.c: account d bytes of buffer memory (under mu). */
+/* buffer.c: account d bytes of buffer memory (under mu); shuffle a[0..n). */
 void graph_mem_add(ember_graph_buffer *b, int64_t d);
+void graph_shuffle64(uint64_t *rng, uint64_t *a, uint64_t n);
 
 /* update.c: the updater thread. start after the other threads; join after
  * buffer_stop set stop (it finishes its job first); free its memory at the end.
@@ -219,6 +237,10 @@ void graph_upd_join(ember_graph_buffer *b);
 void graph_upd_free(ember_graph_buffer *b);
 void graph_upd_drain(ember_graph_buffer *b);
 void graph_upd_drain_locked(ember_graph_buffer *b);
+/* update.c, under mu, trainer: make b->examples state k's (taken from the updater
+ * or built here), then ask the updater for state k+1's. */
+void graph_examples_enter(ember_graph_buffer *b, int64_t k);
+void graph_examples_ahead(ember_graph_buffer *b, int64_t k);
 
 /* The partition of node v: v / b->ps, by a multiply when v < 2^32 (Lemire's
  * fastdiv: exact for 32-bit numerators and divisors), else by a divide. */

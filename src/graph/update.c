@@ -1,8 +1,9 @@
 /*
  * update.c - the trainer's writes into the buffer (scatter-add and overwrite),
  * applied in the call (ember_graph_buffer_update) or by the buffer's updater
- * thread while the trainer goes on (ember_graph_buffer_update_async); and the
- * trainer's gather.
+ * thread while the trainer goes on (ember_graph_buffer_update_async); the
+ * trainer's gather; and the next state's training examples, gathered and shuffled
+ * ahead by the same updater thread.
  *
  * Design notes
  * ------------
@@ -22,7 +23,23 @@
  *   IDLE --update_async: checks, resolves, marks dirty, sets the job--> BUSY
  *   BUSY --updater: applies it outside mu, then under mu upd_busy = false--> IDLE
  *
- * Invariants:
+ * Examples ahead. After entering state k the trainer asks the updater for state
+ * k+1's examples (prep_want = k+1); its buckets are being read meanwhile. Between
+ * update jobs (which go first) the updater waits until they are READY, collects
+ * them under mu, and fills and shuffles ex_next outside it (prep_busy), then
+ * publishes prep_done = k+1. next_state(k+1) swaps ex_next in, waiting for a build
+ * in progress; a build not yet started is withdrawn and done by the trainer. So the
+ * gather and shuffle leave the trainer's path whenever a state's buckets arrive
+ * before the previous state ends.
+ *   E1. One builder at a time: the updater only while prep_busy, the trainer only
+ *       when neither prep_busy nor prep_want names the state; states are built in
+ *       order, so ex_rng gives the same shuffles whoever builds (it changes hands
+ *       under mu).
+ *   E2. A build reads only the entries' indices and counts (collected under mu
+ *       while READY) and writes ex_next, which the trainer touches only at the
+ *       swap, when no build runs. The entries stay until next_state(k+2).
+ *
+ * Invariants of the updates:
  *   1. update_async sets a job (and fills upd_rowp) only when IDLE (it drains
  *      first); the updater reads the job only while BUSY; both hand over under mu.
  *   2. Updates land in call order: an update (either kind) first drains the one
@@ -139,6 +156,86 @@ static void mark_dirty_locked(ember_graph_buffer *b, const bool *touched)
 			b->slots[b->part_slot[b->cur_parts[i]]].dirty = true;
 }
 
+/* ---- examples ahead ---------------------------------------------------------------- */
+
+/* Under mu: state k's assigned buckets into prep_list; false if one is not READY. */
+static bool prep_collect(ember_graph_buffer *b, int64_t k, uint32_t *n)
+{
+	const uint32_t *s = b->states + (uint64_t)k * b->c;
+	uint32_t m = 0;
+	for (uint32_t i = 0; i < b->c; i++)
+		for (uint32_t j = 0; j < b->c; j++) {
+			uint32_t bk = s[i] * b->p + s[j];
+			if (b->bucket_state[bk] != (uint32_t)k || !b->g->counts[bk])
+				continue;
+			uint32_t e = b->bucket_ent[bk];
+			if (e == GRAPH_NONE || b->ents[e].state != BK_READY)
+				return false;
+			b->prep_list[m++] = (struct graph_prep_item){e, b->ents[e].count};
+		}
+	*n = m;
+	return true;
+}
+
+/* The examples of prep_list[0..n) into out, shuffled; returns how many. */
+static uint64_t prep_fill(ember_graph_buffer *b, uint32_t n, uint64_t *out)
+{
+	uint64_t m = 0;
+	for (uint32_t t = 0; t < n; t++) {
+		uint64_t hi = b->prep_list[t].entry << GRAPH_EX_SHIFT;
+		for (uint64_t x = 0; x < b->prep_list[t].count; x++)
+			out[m++] = hi | x;
+	}
+	graph_shuffle64(b->ex_rng, out, m);
+	return m;
+}
+
+/* The updater, under mu (released while it builds): prep_want's examples. */
+static void prep_build(ember_graph_buffer *b, uint32_t n)
+{
+	int64_t k = b->prep_want;
+	b->prep_busy = true;
+	pthread_mutex_unlock(&b->mu);
+	uint64_t m = prep_fill(b, n, b->ex_next);
+	pthread_mutex_lock(&b->mu);
+	b->nex_next = m;
+	b->prep_busy = false;
+	b->prep_want = -1;
+	b->prep_done = k;
+	b->st.states_prepared++;
+	pthread_cond_broadcast(&b->cv_done);
+}
+
+void graph_examples_enter(ember_graph_buffer *b, int64_t k)
+{
+	while (b->prep_busy) /* building k's (E1): a short wait */
+		pthread_cond_wait(&b->cv_done, &b->mu);
+	b->ex_pos = 0;
+	if (b->prep_done == k) {
+		uint64_t *t = b->examples;
+		b->examples = b->ex_next;
+		b->ex_next = t;
+		b->nexamples = b->nex_next;
+		b->prep_done = -1;
+		return;
+	}
+	b->prep_want = -1; /* not started: withdrawn */
+	b->prep_done = -1;
+	uint32_t n = 0;
+	/* every bucket state k trains is READY (next_state waited: buffer.c
+	 * invariant 3), so the collection succeeds */
+	bool ready = prep_collect(b, k, &n);
+	b->nexamples = ready ? prep_fill(b, n, b->examples) : 0;
+}
+
+void graph_examples_ahead(ember_graph_buffer *b, int64_t k)
+{
+	if (k + 1 >= b->nstates)
+		return;
+	b->prep_want = k + 1;
+	pthread_cond_signal(&b->cv_update);
+}
+
 /* ---- the updater ---------------------------------------------------------------- */
 
 static void *updater_main(void *arg)
@@ -147,6 +244,11 @@ static void *updater_main(void *arg)
 	pthread_mutex_lock(&b->mu);
 	for (;;) {
 		if (!b->upd_busy) {
+			uint32_t n;
+			if (b->prep_want >= 0 && !b->error && prep_collect(b, b->prep_want, &n)) {
+				prep_build(b, n);
+				continue;
+			}
 			if (b->stop)
 				break;
 			pthread_cond_wait(&b->cv_update, &b->mu);

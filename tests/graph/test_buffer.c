@@ -68,8 +68,10 @@ static void fixture_free(struct graph_fixture *fx)
 	free(fx->degree);
 }
 
-/* update: 0 none, 1 ember_graph_buffer_update, 2 ember_graph_buffer_update_async */
-enum { UPD_NONE = 0, UPD_SYNC = 1, UPD_ASYNC = 2 };
+/* update: 0 none, 1 ember_graph_buffer_update, 2 ember_graph_buffer_update_async;
+ * | WAIT_AHEAD: after entering each state (but the last) wait until the updater
+ * thread has built the next state's examples, so that they come from it */
+enum { UPD_NONE = 0, UPD_SYNC = 1, UPD_ASYNC = 2, WAIT_AHEAD = 4 };
 
 /* One epoch: every batch's edges add 1 to both ends. Checks the examples. */
 static void run_epoch_ord(struct graph_fixture *fx, ember_graph_buffer *b, const tg_plan *tp,
@@ -90,6 +92,10 @@ static void run_epoch_ord(struct graph_fixture *fx, ember_graph_buffer *b, const
 	else
 		CHECK_OK(ember_graph_buffer_set_plan(b, &tp->plan));
 	uint64_t total = 0;
+	int wait_ahead = update & WAIT_AHEAD;
+	update &= ~WAIT_AHEAD;
+	ember_graph_buffer_stats bs0;
+	CHECK_OK(ember_graph_buffer_stats_get(b, &bs0));
 	for (uint32_t k = 0;; k++) {
 		ember_graph_state st;
 		int rc = ember_graph_buffer_next_state(b, &st);
@@ -99,6 +105,16 @@ static void run_epoch_ord(struct graph_fixture *fx, ember_graph_buffer *b, const
 			break;
 		}
 		CHECK_OK(rc);
+		if (wait_ahead && k + 1 < tp->plan.num_states) {
+			ember_graph_buffer_stats bs;
+			double t0 = tu_now();
+			do {
+				CHECK(tu_now() - t0 < 30, "state %u: the next state's examples were "
+				      "never built ahead", k);
+				CHECK_OK(ember_graph_buffer_stats_get(b, &bs));
+			} while (bs.states_prepared < bs0.states_prepared + k + 1);
+			CHECK(bs.states_prepared == bs0.states_prepared + k + 1, "built ahead twice");
+		}
 		CHECK(st.index == k && st.capacity == c, "state index %u", st.index);
 		for (uint32_t i = 0; i < c; i++)
 			CHECK(st.partitions[i] == tp->states[(size_t)k * c + i], "state partitions");
@@ -201,7 +217,7 @@ static void test_orderings(struct graph_fixture *fx, uint64_t times_before)
 		CHECK_OK(ember_graph_ordering_create(fx->p, c, kinds[e], &oo, &ord));
 		tg_plan tp;
 		plan_of_ordering(&tp, ord);
-		run_epoch_ord(fx, b, &tp, dim, e == 0 ? UPD_SYNC : UPD_ASYNC, ord);
+		run_epoch_ord(fx, b, &tp, dim, e == 0 ? UPD_SYNC : UPD_ASYNC | WAIT_AHEAD, ord);
 		ember_graph_ordering_destroy(ord);
 		tg_plan_free(&tp);
 	}

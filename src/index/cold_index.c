@@ -64,15 +64,13 @@ void ci_cache_put(struct cold_index *ci, uint64_t hash, uint64_t chunk_addr, uin
 	uint64_t s1 = atomic_load_explicit(&sl->seq, memory_order_relaxed);
 	if (s1 & 1)
 		return;
-	/* relaxed: the fence below orders the odd sequence before the new words */
-	if (!atomic_compare_exchange_strong_explicit(&sl->seq, &s1, s1 + 1, memory_order_relaxed,
+	/* acquire: the word stores below stay after taking the slot */
+	if (!atomic_compare_exchange_strong_explicit(&sl->seq, &s1, s1 + 1, memory_order_acquire,
 						     memory_order_relaxed))
 		return;
-	/* release fence: a reader that sees either new word sees the odd sequence too */
-	atomic_thread_fence(memory_order_release);
-	/* relaxed: published by the release store of the sequence */
-	atomic_store_explicit(&sl->tag, ci_cache_tag(ci, chunk_addr, hash), memory_order_relaxed);
-	atomic_store_explicit(&sl->entry, entry, memory_order_relaxed);
+	/* release (both): a reader that loads either new word sees the odd sequence */
+	atomic_store_explicit(&sl->tag, ci_cache_tag(ci, chunk_addr, hash), memory_order_release);
+	atomic_store_explicit(&sl->entry, entry, memory_order_release);
 	/* release: the new words are visible before the even sequence */
 	atomic_store_explicit(&sl->seq, s1 + 2, memory_order_release);
 }

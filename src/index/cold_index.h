@@ -146,12 +146,11 @@ static inline int ci_cache_get(const struct cold_index *ci, uint64_t hash, uint6
 	uint64_t s1 = atomic_load_explicit(&sl->seq, memory_order_acquire);
 	if (s1 & 1)
 		return 0;
-	/* relaxed: validated by the sequence check below */
-	uint64_t tag = atomic_load_explicit(&sl->tag, memory_order_relaxed);
-	uint64_t e = atomic_load_explicit(&sl->entry, memory_order_relaxed);
-	/* acquire fence: the two loads above happen before the sequence is read again */
-	atomic_thread_fence(memory_order_acquire);
-	/* relaxed: ordered by the fence above */
+	/* acquire (both): a word from a newer fill brings that fill's odd sequence
+	 * with it, and keeps the sequence load below from moving above these */
+	uint64_t tag = atomic_load_explicit(&sl->tag, memory_order_acquire);
+	uint64_t e = atomic_load_explicit(&sl->entry, memory_order_acquire);
+	/* relaxed: ordered after the acquire loads above */
 	if (atomic_load_explicit(&sl->seq, memory_order_relaxed) != s1 ||
 	    tag != ci_cache_tag(ci, chunk_addr, hash))
 		return 0;

@@ -9,6 +9,9 @@
  *   concurrent  4 threads: rmw counters (no lost update, never a decreasing read)
  *               and owner-written versioned values (never older than already seen)
  *               while compaction runs in the background and in writers (assists).
+ *   concurrent_cold  the same over 16000 owned keys: the cold tier and most chunks
+ *               live on disk, so reads go through the cold entry cache (and fill
+ *               it) while compaction moves chunks; the cache must have served some.
  *   enospc      live data larger than the budgets: writes end with EMBER_ENOSPC (not
  *               a hang) and what was written stays readable.
  *   bounded     an update-only load of many times the disk budgets: the hot and cold
@@ -203,7 +206,8 @@ static void diff_run(void)
 
 #define THREADS 4
 #define COUNTERS 64
-#define OWNED 2000
+#define OWNED_MAX 16000
+static uint64_t owned = 2000; /* keys owned by the threads; concurrent_cold: 16000 */
 
 static ember_db *cdb;
 static _Atomic long increments[COUNTERS];
@@ -234,8 +238,8 @@ static void *worker(void *arg)
 	ember_session *s;
 	CHECK_OK(ember_session_open(cdb, &s));
 	uint64_t seen_counter[COUNTERS] = {0};
-	static _Thread_local uint64_t seen_seq[OWNED];
-	uint64_t my_seq[OWNED] = {0};
+	static _Thread_local uint64_t seen_seq[OWNED_MAX];
+	static _Thread_local uint64_t my_seq[OWNED_MAX];
 	uint64_t ops = tu_scaled(60000);
 	uint8_t pad[600];
 	memset(pad, (int)id, sizeof(pad));
@@ -263,7 +267,7 @@ static void *worker(void *arg)
 			}
 		} else if (d < 70) {
 			/* my own keys: key k belongs to thread k % THREADS */
-			uint64_t k = tu_rng_below(&rng, OWNED / THREADS) * THREADS + id;
+			uint64_t k = tu_rng_below(&rng, owned / THREADS) * THREADS + id;
 			uint8_t buf[sizeof(struct owned_val) + sizeof(pad)];
 			struct owned_val ov = {id, k, ++my_seq[k], 0};
 			ov.check = ov.owner * 31 + ov.key * 17 + ov.seq;
@@ -274,7 +278,7 @@ static void *worker(void *arg)
 			snprintf(key, sizeof(key), "own%llu", (unsigned long long)k);
 			CHECK_OK(ember_put(s, key, strlen(key), buf, n));
 		} else {
-			uint64_t k = tu_rng_below(&rng, OWNED);
+			uint64_t k = tu_rng_below(&rng, owned);
 			char key[24];
 			snprintf(key, sizeof(key), "own%llu", (unsigned long long)k);
 			uint8_t buf[sizeof(struct owned_val) + sizeof(pad)];
@@ -325,10 +329,18 @@ static void concurrent_run(void)
 	}
 	ember_stats st;
 	CHECK_OK(ember_stats_get(cdb, &st));
-	printf("hot passes %llu, cold passes %llu, assists %llu\n",
+	printf("hot passes %llu, cold passes %llu, assists %llu, cold reads %llu+%llu, "
+	       "entry cache hits %llu, read cache hits %llu\n",
 	       (unsigned long long)st.hot.compactions, (unsigned long long)st.cold.compactions,
-	       (unsigned long long)st.compaction_assists);
+	       (unsigned long long)st.compaction_assists, (unsigned long long)st.cold.reads_memory,
+	       (unsigned long long)st.cold.reads_disk, (unsigned long long)st.cold_cache_hits,
+	       (unsigned long long)st.read_cache_hits);
 	CHECK(st.hot.compactions > 0, "compaction ran during the test");
+	if (owned > 2000)
+		/* most cold keys live on disk: reads went through the entry cache */
+		CHECK(st.cold.reads_disk > 0 && st.cold_cache_hits > 0,
+		      "cold disk reads %llu, entry cache hits %llu", (unsigned long long)st.cold.reads_disk,
+		      (unsigned long long)st.cold_cache_hits);
 	CHECK_OK(ember_session_close(s));
 	CHECK_OK(ember_close(cdb));
 	tu_tmpdir_remove(dir);
@@ -467,6 +479,10 @@ int main(int argc, char **argv)
 		diff_run();
 	else if (!strcmp(mode, "concurrent"))
 		concurrent_run();
+	else if (!strcmp(mode, "concurrent_cold")) {
+		owned = OWNED_MAX; /* ~5 MiB of values: the cold tier lives mostly on disk */
+		concurrent_run();
+	}
 	else if (!strcmp(mode, "bounded"))
 		bounded_run();
 	else if (!strcmp(mode, "enospc"))

@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -52,6 +53,28 @@ static double now(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* CPU seconds this process has used (all threads). */
+static double cpu_now(void)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+	       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
+/* The 1-minute load average (other work on the machine), 0 if unknown. */
+static double load_avg(void)
+{
+	double l = 0;
+	FILE *f = fopen("/proc/loadavg", "r");
+	if (f) {
+		if (fscanf(f, "%lf", &l) != 1)
+			l = 0;
+		fclose(f);
+	}
+	return l;
 }
 
 static void die(const char *what, int rc)
@@ -305,7 +328,7 @@ int main(int argc, char **argv)
 	double t_compute = 0, t_update = 0, t_batch = 0, t_state = 0;
 	struct timespec sl = {.tv_sec = (time_t)(c.compute_ms / 1000),
 			      .tv_nsec = (long)(((c.compute_ms / 1000) - (double)(time_t)(c.compute_ms / 1000)) * 1e9)};
-	double te0 = now();
+	double te0 = now(), cpu0 = cpu_now();
 	if ((rc = ember_graph_buffer_set_ordering(b, ord)) < 0)
 		die("set_ordering", rc);
 	for (;;) {
@@ -345,7 +368,7 @@ int main(int argc, char **argv)
 	}
 	if ((rc = ember_graph_buffer_flush(b)) < 0)
 		die("flush", rc);
-	double t_epoch = now() - te0;
+	double t_epoch = now() - te0, cpu_epoch = cpu_now() - cpu0;
 	ember_graph_buffer_stats st;
 	ember_graph_buffer_stats_get(b, &st);
 	ember_graph_buffer_close(b);
@@ -432,8 +455,8 @@ int main(int argc, char **argv)
 	       (unsigned long long)batches, c.compute_ms);
 	printf("  %-34s %10.2f s (next_batch %.2f s, update %.2f s)\n", "trainer examples + scatter-add",
 	       t_update, t_batch, t_update - t_batch);
-	printf("  %-34s %10.2f s (of which waiting %.2f s)\n", "trainer in next_state", t_state,
-	       st.wait_seconds);
+	printf("  %-34s %10.2f s (of which waiting %.2f s; examples of %llu states built ahead)\n",
+	       "trainer in next_state", t_state, st.wait_seconds, (unsigned long long)st.states_prepared);
 	printf("  %-34s %10.2f s = %.2fx max(floor, compute) (goal <= 1.2x)\n", "epoch", t_epoch,
 	       bound > 0 ? t_epoch / bound : 0);
 	double bound2 = floor_s > t_compute + t_update ? floor_s : t_compute + t_update;
@@ -447,6 +470,8 @@ int main(int argc, char **argv)
 	       (unsigned long long)st.updates_async);
 	printf("  %-34s %10.2f s reads, %.2f s writes (background)\n", "buffer I/O time",
 	       st.read_seconds, st.write_seconds);
+	printf("  %-34s %10.2f s (%.2f CPUs busy on average; load average %.2f)\n",
+	       "process CPU during the epoch", cpu_epoch, cpu_epoch / t_epoch, load_avg());
 	printf("  %-34s %10.0f nodes/s (%llu runs of 1000 roots, %.0f nodes/run, %.0f edges/run; "
 	       "gather %.0f%% of it)\n", "sampler, 2 layers fan-out 10", (double)sampled / t_sample,
 	       (unsigned long long)runs, (double)sampled / (double)runs, (double)sampled_edges / (double)runs,
@@ -464,7 +489,10 @@ int main(int argc, char **argv)
 				   "\"floor_bytes_written\": %llu, \"bytes_read\": %llu, \"bytes_written\": %llu, "
 				   "\"io_floor_s\": %.3f, \"compute_s\": %.3f, \"update_s\": %.3f, \"epoch_s\": %.3f, "
 				   "\"epoch_over_bound\": %.3f, \"wait_s\": %.3f, \"wait_fraction\": %.4f, "
-				   "\"sampled_nodes_per_s\": %.0f, \"io_floor_overlapped_s\": %.3f, \"prefetch_slots\": %u}\n",
+				   "\"sampled_nodes_per_s\": %.0f, \"io_floor_overlapped_s\": %.3f, \"prefetch_slots\": %u, "
+				   "\"update_wait_s\": %.3f, \"update_apply_s\": %.3f, \"next_state_s\": %.3f, "
+				   "\"next_batch_s\": %.3f, \"states_prepared\": %llu, \"sync_updates\": %d, "
+				   "\"epoch_cpu_s\": %.3f, \"load_avg\": %.2f}\n",
 				c.scale, (unsigned long long)gi.num_nodes, (unsigned long long)gi.num_edges, c.dim,
 				c.partitions, c.capacity, st.slots, c.comet ? "comet" : "beta", t_import, wbw, rbw,
 				(unsigned long long)oi.swaps, (unsigned long long)oi.lower_bound,
@@ -472,7 +500,9 @@ int main(int argc, char **argv)
 				(unsigned long long)st.bytes_read, (unsigned long long)st.bytes_written, floor_s,
 				t_compute, t_update, t_epoch, bound > 0 ? t_epoch / bound : 0, st.wait_seconds,
 				st.wait_seconds / t_epoch, (double)sampled / t_sample, floor_par,
-				st.slots - c.capacity);
+				st.slots - c.capacity, st.update_wait_seconds, st.update_seconds, t_state,
+				t_batch, (unsigned long long)st.states_prepared, c.sync_updates, cpu_epoch,
+				load_avg());
 			fclose(f);
 		}
 	}

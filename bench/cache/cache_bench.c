@@ -7,13 +7,15 @@
  *     --parts plan,sim,train   what to run (default all three)
  *     --seed S                 trace seed (default 1)
  *     --skew S                 Zipf exponent (default 1.05)
- *   plan: the oracle alone (link + plan) on full-size batches, then the per-id
- *   dedupe pass of ember_cache_push on the same batches (without and with
- *   prefetching ahead in the id stream)
- *     --plan-batch-size B (16384) --plan-batches N (12) --plan-scale F (1.0: the real
- *     Criteo table sizes) --plan-repeat R (5: each configuration runs R times in a
- *     row; the figures are the median run's, with the fastest beside them: on a
- *     shared machine single runs vary by 2x)
+ *   plan: 'plan ms/batch', the planning work per batch on one core: what
+ *   ember_cache_push spends (the per-id dedupe and the oracle's link, in one pass;
+ *   the ids copied) plus the prefetcher's oracle_plan and the lookups' slots, the
+ *   same oracle calls on the same arrays, with a window of W batches linked ahead,
+ *   at capacities of 1% and 5% of the rows
+ *     --plan-batch-size B (16384) --plan-batches N (160) --plan-scale F (1.0: the
+ *     real Criteo table sizes) --plan-window W (100) --plan-repeat R (5: each
+ *     capacity runs R times in a row; the figures are the median run's, with the
+ *     fastest beside it: on a shared machine single runs vary by 2x)
  *   sim: rows fetched by the oracle, LRU, LFU and MIN at capacities 1%, 5%, 20%
  *     --sim-batch-size B (1024) --sim-batches N (400) --sim-scale F (0.02) --window W (100)
  *   train: a trainer over the real store and cache; the store holds every row and
@@ -38,6 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cache/oracle.h"
 #include "cache/sim.h"
 #include "ember.h"
 #include "ember_cache.h"
@@ -47,7 +50,7 @@ struct cfg {
 	const char *parts;
 	uint64_t seed;
 	double skew;
-	uint32_t plan_bs, plan_nb, plan_rep;
+	uint32_t plan_bs, plan_nb, plan_rep, plan_window;
 	double plan_scale;
 	uint32_t sim_bs, sim_nb, window;
 	double sim_scale;
@@ -96,7 +99,7 @@ static int gen(uint32_t bs, uint32_t nb, double scale, const struct cfg *c, stru
 	return trace_generate(&p, t);
 }
 
-/* ---- plan: the oracle alone on full-size batches ------------------------------------ */
+/* ---- plan: push's dedupe and link, and the plan, on full-size batches ---------------- */
 
 #define PLAN_REP_MAX 101
 
@@ -106,149 +109,216 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* Per-row state of the dedupe pass, as ember_cache_push keeps it (src/cache/cache.c). */
-struct dd_state {
-	uint32_t stamp, pos;
+/* This thread's CPU time: the planning figures count the time the planning
+ * thread ran, not time it waited for a CPU (the bench machine is shared). */
+static double cpu_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* One ring entry: the arrays ember_cache_push and the prefetcher use for a batch. */
+struct pbatch {
+	uint64_t *ids;   /* the cache's copy of the ids */
+	uint32_t *lslot; /* lookup -> distinct row (push), then -> slot (plan) */
+	struct urow *uniq;
+	struct onext *next;
+	uint32_t *slot;
+	struct omiss *miss;
+	struct obatch ob;
 };
 
+struct plan_run {
+	double link_s, plan_s, map_s; /* over the timed steps */
+	uint64_t fetched;             /* over every batch */
+};
+
+/* The trainer's ids of batch b (u64, table after table). */
+static void batch_ids(const struct trace *t, uint32_t b, uint64_t *dst)
+{
+	for (uint32_t tb = 0; tb < t->ntables; tb++) {
+		const uint32_t *src = trace_ids(t, b, tb);
+		for (uint32_t i = 0; i < t->batch_size; i++)
+			*dst++ = src[i];
+	}
+}
+
 /*
- * One batch's dedupe as ember_cache_push does it: per id, its row's stamp says
- * whether the batch already named it; new rows are appended to uniq. pf > 0:
- * prefetch the state of the id pf places ahead in the same table's run. Returns
- * the distinct rows.
+ * One pass over the trace as the cache runs it, with a window of W batches:
+ * batches 0..W-1 are linked first; step p plans batch p with the most rows
+ * pinned the cache allows when it plans p (it plans at most 8 batches ahead of
+ * the trainer's releases, and only while the unreleased planned batches' rows
+ * fit in half the capacity: rows of batches r..p-1 pinned, r as small as those
+ * rules let it be), maps its lookups to slots, and links batch p + W (push's
+ * dedupe and link, the ids copied: ember_cache_push's work). Steps from `from` on
+ * that link a batch are timed (the first fill the cache; the last W link none).
  */
-static uint32_t dedupe_batch(const struct trace *t, uint32_t b, struct dd_state **ps,
-			     uint32_t stamp, uint32_t pf, uint64_t *uniq, uint32_t *luidx)
+static void plan_pass(const struct trace *t, uint64_t cap, uint32_t W, uint32_t umax,
+		      uint32_t from, struct pbatch *ring, uint64_t *in, struct plan_run *out)
 {
-	uint32_t nu = 0;
-	size_t at = 0;
-	for (uint32_t tb = 0; tb < t->ntables; tb++) {
-		const uint32_t *ids = t->ids + ((size_t)b * t->ntables + tb) * t->batch_size;
-		struct dd_state *st = ps[tb];
-		for (uint32_t i = 0; i < t->batch_size; i++, at++) {
-			if (pf && i + pf < t->batch_size)
-				__builtin_prefetch(&st[ids[i + pf]], 1);
-			uint32_t r = ids[i];
-			if (st[r].stamp != stamp) {
-				st[r].stamp = stamp;
-				st[r].pos = nu;
-				uniq[nu++] = (uint64_t)tb << 32 | r;
-			}
-			luidx[at] = st[r].pos;
-		}
-	}
-	return nu;
-}
-
-/* The per-id dedupe pass of ember_cache_push, which the plan figures above leave out
- * (they start from each batch's distinct rows): time per batch, without and with
- * prefetching ahead in the id stream. */
-static void run_dedupe(const struct cfg *c, const struct trace *t)
-{
+	struct oracle *o = NULL;
+	int rc = oracle_create(&o, t->ntables, t->rows, cap, W);
+	if (rc < 0)
+		die("oracle_create", rc);
+	oracle_prefault(o); /* time the planning, not the first touches of its memory */
+	uint32_t nlk = umax < cap ? umax : (uint32_t)cap;
 	size_t per = (size_t)t->ntables * t->batch_size;
-	struct dd_state **ps = calloc(t->ntables, sizeof(*ps));
-	uint64_t *uniq = malloc(per * sizeof(uint64_t));
-	uint32_t *luidx = malloc(per * sizeof(uint32_t));
-	if (!ps || !uniq || !luidx)
-		die("dedupe", -ENOMEM);
-	for (uint32_t tb = 0; tb < t->ntables; tb++) {
-		ps[tb] = calloc(t->rows[tb], sizeof(struct dd_state));
-		if (!ps[tb])
-			die("dedupe", -ENOMEM);
-		memset(ps[tb], 0, t->rows[tb] * sizeof(struct dd_state)); /* first touches */
-	}
-	printf("dedupe (ember_cache_push's per-id pass, not in the figures above): the\n"
-	       "second half of the batches, median of %" PRIu32 " runs\n", c->plan_rep);
-	printf("%-12s %12s %10s %14s\n", "prefetch", "ms/batch", "ns/id", "ns/distinct");
-	uint32_t pfs[3] = {0, 8, 16}, stamp = 0, half = t->nbatches / 2;
-	for (uint32_t b = 0; b < half; b++) /* the first half warms the caches */
-		(void)dedupe_batch(t, b, ps, ++stamp, 0, uniq, luidx);
-	for (int k = 0; k < 3; k++) {
-		double runs[PLAN_REP_MAX];
-		uint64_t nu = 0;
-		for (uint32_t r = 0; r < c->plan_rep; r++) {
-			nu = 0;
-			double t0 = now_s();
-			for (uint32_t b = half; b < t->nbatches; b++)
-				nu += dedupe_batch(t, b, ps, ++stamp, pfs[k], uniq, luidx);
-			runs[r] = now_s() - t0;
+	memset(out, 0, sizeof(*out));
+	for (uint32_t p = 0, linked = 0; p < t->nbatches; p++) {
+		/* the trainer builds batch `linked` (not timed), then pushes it */
+		int timed = p >= from && p + W < t->nbatches;
+		while (linked < t->nbatches && linked < p + W) {
+			struct pbatch *e = &ring[linked % W];
+			batch_ids(t, linked, in);
+			double t0 = cpu_s();
+			e->ob = (struct obatch){.seq = linked, .next = e->next, .slot = e->slot,
+						.miss = e->miss};
+			oracle_link_begin(o, &e->ob, e->uniq, nlk);
+			size_t at = 0;
+			for (uint32_t tb = 0; tb < t->ntables && rc == 0; tb++, at += t->batch_size)
+				rc = oracle_link_part(o, &e->ob, tb, t->batch_size, in + at,
+						      e->lslot + at, e->ids + at);
+			if (rc < 0)
+				die("oracle_link_part", rc);
+			oracle_link_end(o, &e->ob);
+			if (timed)
+				out->link_s += cpu_s() - t0;
+			linked++;
 		}
-		qsort(runs, c->plan_rep, sizeof(runs[0]), cmp_double);
-		double sec = runs[c->plan_rep / 2];
-		uint32_t nh = t->nbatches - half;
-		char name[32];
-		snprintf(name, sizeof(name), pfs[k] ? "%" PRIu32 " ids ahead" : "none", pfs[k]);
-		printf("%-12s %12.3f %10.2f %14.2f\n", name, sec * 1e3 / nh, sec * 1e9 / ((double)nh * per),
-		       sec * 1e9 / (double)nu);
-		if (k == 0)
-			jkv("plan", "dedupe_ms_per_batch", sec * 1e3 / nh);
+		struct pbatch *e = &ring[p % W];
+		uint32_t r = p;
+		uint64_t rows = e->ob.nuniq;
+		while (r > 0 && p - (r - 1) < 8 && rows + ring[(r - 1) % W].ob.nuniq <= cap / 2)
+			rows += ring[--r % W].ob.nuniq;
+		double t0 = cpu_s();
+		oracle_plan(o, &e->ob, r);
+		double t1 = cpu_s();
+		for (size_t i = 0; i < per; i++) /* plan_one's map, in place */
+			e->lslot[i] = e->slot[e->lslot[i]];
+		double t2 = cpu_s();
+		if (timed) {
+			out->plan_s += t1 - t0;
+			out->map_s += t2 - t1;
+		}
+		out->fetched += e->ob.nmiss;
 	}
-	for (uint32_t tb = 0; tb < t->ntables; tb++)
-		free(ps[tb]);
-	free(ps);
-	free(uniq);
-	free(luidx);
-}
-
-
-static int cmp_plan(const void *a, const void *b)
-{
-	double x = ((const struct sim_result *)a)->plan_ns_second_half;
-	double y = ((const struct sim_result *)b)->plan_ns_second_half;
-	return x < y ? -1 : x > y;
+	oracle_destroy(o);
 }
 
 static void run_plan(const struct cfg *c)
 {
 	struct trace t;
-	struct sim_trace st;
 	double t0 = now_s();
 	int rc = gen(c->plan_bs, c->plan_nb, c->plan_scale, c, &t);
 	if (rc < 0)
 		die("trace", rc);
-	rc = sim_trace_build(&st, t.ntables, t.rows, t.nbatches, t.batch_size, t.ids);
-	if (rc < 0)
-		die("sim_trace_build", rc);
-	double gen_s = now_s() - t0;
-	uint64_t uniq = st.off[st.nbatches];
-	printf("\n== plan: the oracle on %" PRIu32 " batches of %" PRIu32 " samples x %" PRIu32
-	       " tables (%" PRIu64 " rows; generated in %.1f s)\n",
-	       t.nbatches, t.batch_size, t.ntables, st.total_rows, gen_s);
-	printf("link + plan per batch, the oracle's per-row state pre-touched; the second half\n"
-	       "of the batches ('all': every batch, including the cold start of the buckets)\n");
-	printf("median of %" PRIu32 " runs (fastest in brackets)\n", c->plan_rep);
-	printf("%-10s %7s %12s %10s %14s %12s %14s %18s\n", "capacity", "window", "ms/batch",
-	       "ns/id", "ns/distinct", "all:ms/batch", "distinct/batch", "[fastest ms/batch]");
-	uint64_t caps[2] = {st.max_uniq, 4ull * st.max_uniq};
-	uint32_t wins[2] = {4, 8};
-	uint32_t half = t.nbatches / 2, nh = t.nbatches - half;
-	uint64_t ids_h = (uint64_t)nh * t.ntables * t.batch_size;
-	for (int i = 0; i < 2; i++)
-		for (int w = 0; w < 2; w++) {
-			uint64_t cap = caps[i] > st.total_rows ? st.total_rows : caps[i];
-			struct sim_result r, runs[PLAN_REP_MAX];
-			for (uint32_t k = 0; k < c->plan_rep; k++) {
-				rc = sim_oracle(&st, cap, wins[w], &runs[k]);
-				if (rc < 0)
-					die("sim_oracle", rc);
-			}
-			qsort(runs, c->plan_rep, sizeof(runs[0]), cmp_plan);
-			r = runs[c->plan_rep / 2];
-			double ms = r.plan_ns_second_half / 1e6 / nh;
-			double per_id = r.plan_ns_second_half / (double)ids_h;
-			double per_u = r.plan_ns_second_half / (double)r.uniq_second_half;
-			printf("%-10" PRIu64 " %7" PRIu32 " %12.3f %10.2f %14.2f %12.3f %14.0f %18.3f\n",
-			       cap, wins[w], ms, per_id, per_u, r.plan_ns / 1e6 / t.nbatches,
-			       (double)uniq / t.nbatches, runs[0].plan_ns_second_half / 1e6 / nh);
-			if (i == 1 && w == 1) {
-				jkv("plan", "ms_per_batch", ms);
-				jkv("plan", "ns_per_id", per_id);
-				jkv("plan", "ns_per_distinct_row", per_u);
-				jkv("plan", "distinct_per_batch", (double)uniq / t.nbatches);
-			}
+	uint64_t total = 0;
+	for (uint32_t i = 0; i < t.ntables; i++)
+		total += t.rows[i];
+	/* distinct rows per batch (the arrays' size) */
+	uint32_t *stamp = calloc(total, sizeof(uint32_t));
+	uint64_t *base = calloc(t.ntables, sizeof(uint64_t));
+	if (!stamp || !base)
+		die("plan", -ENOMEM);
+	for (uint32_t i = 1; i < t.ntables; i++)
+		base[i] = base[i - 1] + t.rows[i - 1];
+	uint32_t umax = 1;
+	uint64_t usum = 0;
+	for (uint32_t b = 0; b < t.nbatches; b++) {
+		uint32_t nu = 0;
+		for (uint32_t tb = 0; tb < t.ntables; tb++) {
+			const uint32_t *ids = trace_ids(&t, b, tb);
+			for (uint32_t i = 0; i < t.batch_size; i++)
+				if (stamp[base[tb] + ids[i]] != b + 1) {
+					stamp[base[tb] + ids[i]] = b + 1;
+					nu++;
+				}
 		}
-	run_dedupe(c, &t);
-	sim_trace_free(&st);
+		umax = nu > umax ? nu : umax;
+		usum += nu;
+	}
+	free(stamp);
+	free(base);
+	uint32_t W = c->plan_window < t.nbatches ? c->plan_window : t.nbatches;
+	uint32_t from = 8, steps = t.nbatches > W + from ? t.nbatches - W - from : 0;
+	if (steps == 0)
+		die("--plan-batches must exceed the window + 8", -EINVAL);
+	size_t per = (size_t)t.ntables * t.batch_size;
+	struct pbatch *ring = calloc(W, sizeof(*ring));
+	uint64_t *in = malloc(per * sizeof(uint64_t));
+	if (!ring || !in)
+		die("plan", -ENOMEM);
+	for (uint32_t i = 0; i < W; i++) {
+		struct pbatch *e = &ring[i];
+		e->ids = malloc(per * sizeof(uint64_t));
+		e->lslot = malloc(per * sizeof(uint32_t));
+		e->uniq = malloc(umax * sizeof(struct urow));
+		e->next = malloc(umax * sizeof(struct onext));
+		e->slot = malloc(umax * sizeof(uint32_t));
+		e->miss = malloc(umax * sizeof(struct omiss));
+		if (!e->ids || !e->lslot || !e->uniq || !e->next || !e->slot || !e->miss)
+			die("plan", -ENOMEM);
+		/* first touches out of the timing */
+		memset(e->ids, 0, per * sizeof(uint64_t));
+		memset(e->lslot, 0, per * sizeof(uint32_t));
+		memset(e->uniq, 0, umax * sizeof(struct urow));
+		memset(e->next, 0, umax * sizeof(struct onext));
+		memset(e->slot, 0, umax * sizeof(uint32_t));
+		memset(e->miss, 0, umax * sizeof(struct omiss));
+	}
+	printf("\n== plan: %" PRIu32 " batches of %" PRIu32 " samples x %" PRIu32 " tables = %zu ids, "
+	       "%.0f distinct rows per batch (%" PRIu64 " rows; generated in %.1f s), window %" PRIu32
+	       "\n", t.nbatches, t.batch_size, t.ntables, per, (double)usum / t.nbatches, total,
+	       now_s() - t0, W);
+	printf("plan ms/batch = ember_cache_push's work (dedupe + link, ids copied) + oracle_plan +\n"
+	       "the lookups' slots, per batch (thread CPU time), steps %" PRIu32 "..%" PRIu32 " (each links batch step +\n"
+	       "window and plans batch step); one core; median of %" PRIu32 " runs, fastest in brackets\n",
+	       from, from + steps - 1, c->plan_rep);
+	printf("%-10s %14s %18s %10s %10s %10s %8s %10s %12s\n", "capacity", "plan ms/batch",
+	       "[fastest ms/batch]", "push ms", "plan ms", "map ms", "ns/id", "ns/distinct",
+	       "fetched/batch");
+	double fr[2] = {0.01, 0.05};
+	for (int i = 0; i < 2; i++) {
+		uint64_t cap = (uint64_t)(fr[i] * (double)total);
+		cap = cap < umax ? umax : cap;
+		struct plan_run runs[PLAN_REP_MAX];
+		double tot[PLAN_REP_MAX];
+		for (uint32_t r = 0; r < c->plan_rep; r++) {
+			plan_pass(&t, cap, W, umax, from, ring, in, &runs[r]);
+			tot[r] = runs[r].link_s + runs[r].plan_s + runs[r].map_s;
+		}
+		double sorted[PLAN_REP_MAX];
+		memcpy(sorted, tot, c->plan_rep * sizeof(double));
+		qsort(sorted, c->plan_rep, sizeof(double), cmp_double);
+		double med = sorted[c->plan_rep / 2];
+		uint32_t mi = 0;
+		for (uint32_t r = 0; r < c->plan_rep; r++)
+			if (tot[r] == med)
+				mi = r;
+		const struct plan_run *m = &runs[mi];
+		double ms = med * 1e3 / steps;
+		printf("%-10" PRIu64 " %14.3f %18.3f %10.3f %10.3f %10.3f %8.2f %10.2f %12.0f\n", cap, ms,
+		       sorted[0] * 1e3 / steps, m->link_s * 1e3 / steps, m->plan_s * 1e3 / steps,
+		       m->map_s * 1e3 / steps, med * 1e9 / ((double)steps * per),
+		       med * 1e9 / ((double)steps * usum / t.nbatches), (double)m->fetched / t.nbatches);
+		char k[64];
+		snprintf(k, sizeof(k), "cap%.0f_plan_ms_per_batch", fr[i] * 100);
+		jkv("plan", k, ms);
+		snprintf(k, sizeof(k), "cap%.0f_push_ms_per_batch", fr[i] * 100);
+		jkv("plan", k, m->link_s * 1e3 / steps);
+	}
+	for (uint32_t i = 0; i < W; i++) {
+		struct pbatch *e = &ring[i];
+		free(e->ids);
+		free(e->lslot);
+		free(e->uniq);
+		free(e->next);
+		free(e->slot);
+		free(e->miss);
+	}
+	free(ring);
+	free(in);
 	trace_free(&t);
 }
 
@@ -749,7 +819,7 @@ static void run_train(const struct cfg *c)
 int main(int argc, char **argv)
 {
 	struct cfg c = {.parts = "plan,sim,train", .seed = 1, .skew = 1.05, .plan_bs = 16384,
-			.plan_nb = 12, .plan_rep = 5, .plan_scale = 1.0, .sim_bs = 1024, .sim_nb = 400,
+			.plan_nb = 160, .plan_rep = 5, .plan_window = 100, .plan_scale = 1.0, .sim_bs = 1024, .sim_nb = 400,
 			.window = 100, .sim_scale = 0.02, .bs = 512, .nb = 100, .dim = 16,
 			.scale = 0.01, .cap_frac = 0.05, .compute = "0,10000,30000", .mem_mb = 8};
 	for (int i = 1; i + 1 < argc || (i < argc && (fprintf(stderr, "missing value\n"), 0));
@@ -762,6 +832,7 @@ int main(int argc, char **argv)
 		else if (!strcmp(a, "--plan-batches")) c.plan_nb = (uint32_t)atoi(v);
 		else if (!strcmp(a, "--plan-scale")) c.plan_scale = atof(v);
 		else if (!strcmp(a, "--plan-repeat")) c.plan_rep = (uint32_t)atoi(v);
+		else if (!strcmp(a, "--plan-window")) c.plan_window = (uint32_t)atoi(v);
 		else if (!strcmp(a, "--sim-batch-size")) c.sim_bs = (uint32_t)atoi(v);
 		else if (!strcmp(a, "--sim-batches")) c.sim_nb = (uint32_t)atoi(v);
 		else if (!strcmp(a, "--sim-scale")) c.sim_scale = atof(v);
@@ -780,7 +851,7 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (!c.plan_bs || !c.plan_nb || !c.plan_rep || c.plan_rep > PLAN_REP_MAX || !c.sim_bs || !c.sim_nb || !c.window || !c.bs || !c.nb ||
+	if (!c.plan_bs || !c.plan_nb || !c.plan_rep || c.plan_rep > PLAN_REP_MAX || !c.plan_window || !c.sim_bs || !c.sim_nb || !c.window || !c.bs || !c.nb ||
 	    !c.dim || c.dim > 1024 || !(c.cap_frac > 0) || !c.mem_mb) {
 		fprintf(stderr, "ember-cache-bench: bad option value\n");
 		return 2;

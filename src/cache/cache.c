@@ -6,15 +6,16 @@
  * ============
  * Two threads touch a cache: the trainer (push, acquire, release, flush, close;
  * one call at a time) and the cache's prefetcher thread. They share a mutex `mu`
- * and five counters of batch numbers, each written by one side only:
- *     released <= acquired <= resident <= planned <= linked <= pushed
- * (pushed, acquired, released: trainer; linked, planned, resident: prefetcher;
- * acquired and planned/linked are private to their writer, the others are read
- * across under `mu`). Batches live in a ring of `window` entries, entry seq %
- * window.
+ * and four counters of batch numbers, each written by one side only:
+ *     released <= acquired <= resident <= planned <= pushed
+ * (pushed, acquired, released: trainer; planned, resident: prefetcher; acquired
+ * and planned are private to their writer, the others are read across under
+ * `mu`). Batches live in a ring of `window` entries, entry seq % window. The
+ * oracle has a lock of its own, `omu` (C7).
  *
  * A batch's states, and the call that moves it on:
- *   free --push--> pushed --prefetcher: oracle_link--> linked
+ *   free --push: oracle_link_part (dedupe and link in one pass over the ids)-->
+ *        pushed (= linked in the oracle)
  *        --prefetcher: oracle_plan (when seq == released, or seq < released +
  *        prefetch_batches and the unreleased planned rows fit in half the
  *        capacity: inflight_fits)--> planned
@@ -51,6 +52,14 @@
  *       (C3) or during a flush (no batch acquired): never both at once.
  *   C6. At most one batch is acquired at a time, so a blocked acquire never waits
  *       on a release only its own caller could make.
+ *   C7. The oracle is touched only under `omu`: push links its batch there (so
+ *       EMBER_ETOOBIG and a bad row id are found in the same pass as the dedupe,
+ *       and undone with oracle_link_abort before any other state changed), the
+ *       prefetcher plans there. Linking and planning write into the arrays of
+ *       linked, unplanned batches (next, uslot); nothing else reads those
+ *       before the batch is planned, and plan_one reads its batch's uslot after
+ *       oracle_plan returned (planned batches are never written again). omu is
+ *       never held with mu (no lock order to keep).
  *
  * GPU slots (slot_store_gpu.c has the device side, D1-D4): the trainer's work on
  * an acquired batch is asynchronous on its own streams, so the rules above,
@@ -88,23 +97,17 @@
 
 #define KEY_LEN 8
 
-/* Dedupe state of the trainer's push, per row. */
-struct pstate {
-	uint32_t stamp; /* push attempt that last saw the row */
-	uint32_t pos;   /* its index in that batch's uniq[] */
-};
-
 struct cbatch {
 	uint32_t nparts, parts_cap;
 	ember_cache_part *parts;
 	const uint32_t **pslots; /* [nparts] into lslots */
 	size_t nids, ids_cap;
 	uint64_t *ids;    /* the lookups, copied */
-	uint32_t *luidx;  /* [nids] lookup -> uniq index */
-	uint32_t *lslots; /* [nids] lookup -> slot (planning fills it) */
+	uint32_t *lslots; /* [nids] lookup -> uniq index (push), then -> slot (plan_one) */
 	uint32_t uniq_cap;
 	struct urow *uniq;
-	uint32_t *next, *uslot;
+	struct onext *next;
+	uint32_t *uslot;
 	struct omiss *miss;
 	struct obatch ob;
 	uint32_t mdone; /* admissions done (prefetcher) */
@@ -125,8 +128,6 @@ struct ember_cache {
 	struct slot_store ss;
 	struct oracle *oracle;
 	struct cbatch *ring;
-	struct pstate **pst; /* trainer only */
-	uint32_t pstamp;
 	uint8_t *dirty;      /* [capacity] C5 */
 	struct urow *owner;  /* [capacity] physical owner (prefetcher) */
 
@@ -140,6 +141,7 @@ struct ember_cache {
 	struct slot_move *mv;
 
 	pthread_mutex_t mu;
+	pthread_mutex_t omu; /* the oracle: push links, the prefetcher plans (C7) */
 	pthread_cond_t pf_cv; /* wakes the prefetcher: push, release, flush, stop */
 	pthread_cond_t tr_cv; /* wakes the trainer: resident, flush done, failure */
 	pthread_t thread;
@@ -152,7 +154,7 @@ struct ember_cache {
 	uint32_t acquired;
 	int holding;
 	/* prefetcher only */
-	uint32_t linked, planned;
+	uint32_t planned;
 
 	/* statistics: relaxed atomics, each counter on its own (snapshots may lag) */
 	_Atomic uint64_t st_pushed, st_planned, st_released, st_lookups, st_unique, st_hits,
@@ -364,9 +366,11 @@ undo_stage:
 static void plan_one(struct ember_cache *c, uint32_t released)
 {
 	struct cbatch *b = &c->ring[c->planned % c->window];
+	pthread_mutex_lock(&c->omu);
 	oracle_plan(c->oracle, &b->ob, released);
-	for (size_t i = 0; i < b->nids; i++)
-		b->lslots[i] = b->uslot[b->luidx[i]];
+	pthread_mutex_unlock(&c->omu);
+	for (size_t i = 0; i < b->nids; i++) /* in place: distinct row -> its slot */
+		b->lslots[i] = b->uslot[b->lslots[i]];
 	b->mdone = 0;
 	stat_add(&c->st_hits, b->ob.nuniq - b->ob.nmiss);
 	stat_add(&c->st_planned, 1);
@@ -411,16 +415,7 @@ static void *prefetcher_main(void *arg)
 		uint32_t pushed = c->pushed, released = c->released;
 		if (c->failed)
 			goto idle;
-		if (c->linked < pushed) {
-			pthread_mutex_unlock(&c->mu);
-			uint64_t t0 = now_ns();
-			for (; c->linked < pushed; c->linked++)
-				oracle_link(c->oracle, &c->ring[c->linked % c->window].ob);
-			stat_add(&c->st_plan_ns, now_ns() - t0);
-			pthread_mutex_lock(&c->mu);
-			continue;
-		}
-		if (c->planned < c->linked && c->planned < released + c->pf_batches &&
+		if (c->planned < pushed && c->planned < released + c->pf_batches &&
 		    (c->planned == released || inflight_fits(c, released))) {
 			pthread_mutex_unlock(&c->mu);
 			uint64_t t0 = now_ns();
@@ -482,7 +477,6 @@ static void batch_free(struct ember_cache *c, struct cbatch *b)
 	em_free(b->parts, 0);
 	em_free(b->pslots, 0);
 	em_free(b->ids, 0);
-	em_free(b->luidx, 0);
 	em_free(b->lslots, 0);
 	em_free(b->uniq, 0);
 	em_free(b->next, 0);
@@ -497,10 +491,6 @@ static int cache_free(struct ember_cache *c)
 		for (uint32_t i = 0; i < c->window; i++)
 			batch_free(c, &c->ring[i]);
 	em_free(c->ring, 0);
-	if (c->pst)
-		for (uint32_t t = 0; t < c->ntables; t++)
-			em_free(c->pst[t], 0);
-	em_free(c->pst, 0);
 	oracle_destroy(c->oracle);
 	int rc = slot_store_close(&c->ss);
 	em_free(c->dirty, 0);
@@ -610,7 +600,6 @@ int ember_cache_open(ember_db *db, const ember_cache_options *opts, ember_cache 
 		goto undo_cache;
 	rc = EMBER_ENOMEM;
 	c->ring = em_zalloc(c->window * sizeof(*c->ring));
-	c->pst = em_zalloc(c->ntables * sizeof(*c->pst));
 	c->dirty = em_zalloc(c->capacity);
 	c->owner = em_alloc(c->capacity * sizeof(*c->owner));
 	size_t d = c->depth;
@@ -623,7 +612,7 @@ int ember_cache_open(ember_db *db, const ember_cache_options *opts, ember_cache 
 	c->st = em_alloc(d * sizeof(int));
 	c->stage = em_alloc(d * c->max_row_bytes);
 	c->mv = em_alloc(d * sizeof(*c->mv));
-	if (!c->ring || !c->pst || !c->dirty || !c->owner || !c->kbuf || !c->kptr || !c->klen ||
+	if (!c->ring || !c->dirty || !c->owner || !c->kbuf || !c->kptr || !c->klen ||
 	    !c->vcap || !c->vlen || !c->vptr || !c->st || !c->stage || !c->mv)
 		goto undo_cache;
 	for (uint64_t s = 0; s < c->capacity; s++)
@@ -632,13 +621,6 @@ int ember_cache_open(ember_db *db, const ember_cache_options *opts, ember_cache 
 		for (uint32_t i = 0; i < c->window; i++)
 			if ((rc = slot_batch_dev_init(&c->ss, &c->ring[i].dev)) < 0)
 				goto undo_cache;
-	rc = EMBER_ENOMEM;
-	for (uint32_t t = 0; t < c->ntables; t++) {
-		/* zeroed and mapped lazily: rows never pushed cost no memory */
-		c->pst[t] = em_zalloc(c->tables[t].rows * sizeof(struct pstate));
-		if (!c->pst[t])
-			goto undo_cache;
-	}
 	atomic_store_explicit(&c->st_resident, 0, memory_order_relaxed); /* before the thread */
 	rc = ember_session_open(db, &c->sess);
 	if (rc < 0)
@@ -647,9 +629,13 @@ int ember_cache_open(ember_db *db, const ember_cache_options *opts, ember_cache 
 		rc = EMBER_ENOMEM;
 		goto undo_session;
 	}
-	if (pthread_cond_init(&c->pf_cv, NULL) != 0) {
+	if (pthread_mutex_init(&c->omu, NULL) != 0) {
 		rc = EMBER_ENOMEM;
 		goto undo_mutex;
+	}
+	if (pthread_cond_init(&c->pf_cv, NULL) != 0) {
+		rc = EMBER_ENOMEM;
+		goto undo_omu;
 	}
 	if (pthread_cond_init(&c->tr_cv, NULL) != 0) {
 		rc = EMBER_ENOMEM;
@@ -667,6 +653,8 @@ undo_tr_cv:
 	pthread_cond_destroy(&c->tr_cv);
 undo_pf_cv:
 	pthread_cond_destroy(&c->pf_cv);
+undo_omu:
+	pthread_mutex_destroy(&c->omu);
 undo_mutex:
 	pthread_mutex_destroy(&c->mu);
 undo_session:
@@ -694,6 +682,7 @@ int ember_cache_close(ember_cache *c)
 		rc = rc2;
 	pthread_cond_destroy(&c->tr_cv);
 	pthread_cond_destroy(&c->pf_cv);
+	pthread_mutex_destroy(&c->omu);
 	pthread_mutex_destroy(&c->mu);
 	rc2 = cache_free(c);
 	if (rc == 0)
@@ -731,17 +720,16 @@ static int batch_reserve(struct cbatch *b, uint32_t nparts, size_t nids, size_t 
 		b->parts_cap = (uint32_t)(pc < c2 ? pc : c2);
 	}
 	if (nids > ic) {
-		size_t c2 = ic, c3 = ic;
+		size_t c2 = ic;
 		if (grow((void **)&b->ids, &ic, nids, sizeof(uint64_t)) < 0 ||
-		    grow((void **)&b->luidx, &c2, nids, sizeof(uint32_t)) < 0 ||
-		    grow((void **)&b->lslots, &c3, nids, sizeof(uint32_t)) < 0)
+		    grow((void **)&b->lslots, &c2, nids, sizeof(uint32_t)) < 0)
 			return EMBER_ENOMEM;
-		b->ids_cap = ic < c2 ? (ic < c3 ? ic : c3) : (c2 < c3 ? c2 : c3);
+		b->ids_cap = ic < c2 ? ic : c2;
 	}
 	if (nu > uc) {
 		size_t c1 = uc, c2 = uc, c3 = uc, c4 = uc;
 		if (grow((void **)&b->uniq, &c1, nu, sizeof(struct urow)) < 0 ||
-		    grow((void **)&b->next, &c2, nu, sizeof(uint32_t)) < 0 ||
+		    grow((void **)&b->next, &c2, nu, sizeof(struct onext)) < 0 ||
 		    grow((void **)&b->uslot, &c3, nu, sizeof(uint32_t)) < 0 ||
 		    grow((void **)&b->miss, &c4, nu, sizeof(struct omiss)) < 0)
 			return EMBER_ENOMEM;
@@ -782,40 +770,31 @@ int ember_cache_push(ember_cache *c, const ember_cache_batch *batch)
 	rc = batch_reserve(b, batch->nparts, nids, nu_max);
 	if (rc < 0)
 		return rc;
-	if (++c->pstamp == UINT32_MAX) { /* stamps wrap: forget them all */
-		for (uint32_t t = 0; t < c->ntables; t++)
-			memset(c->pst[t], 0, c->tables[t].rows * sizeof(struct pstate));
-		c->pstamp = 1;
-	}
-	uint32_t stamp = c->pstamp, nu = 0;
+	/* link b into the oracle, deduplicating its ids in the same pass (C7) */
+	b->ob = (struct obatch){.seq = seq, .next = b->next, .slot = b->uslot, .miss = b->miss};
+	uint64_t t0 = now_ns();
+	pthread_mutex_lock(&c->omu);
+	oracle_link_begin(c->oracle, &b->ob, b->uniq, (uint32_t)nu_max);
 	size_t at = 0;
-	for (uint32_t p = 0; p < batch->nparts; p++) {
+	for (uint32_t p = 0; p < batch->nparts && rc == 0; p++) {
 		const ember_cache_part *pt = &batch->parts[p];
-		uint64_t rows = c->tables[pt->table].rows;
-		struct pstate *ps = c->pst[pt->table];
 		b->parts[p] = (ember_cache_part){.table = pt->table, .n = pt->n, .rows = b->ids + at};
 		b->pslots[p] = b->lslots + at;
-		for (uint32_t i = 0; i < pt->n; i++, at++) {
-			if (i + 16 < pt->n && pt->rows[i + 16] < rows) /* overlap the state's misses */
-				__builtin_prefetch(&ps[pt->rows[i + 16]], 1);
-			uint64_t r = pt->rows[i];
-			if (r >= rows)
-				return EMBER_EINVAL;
-			b->ids[at] = r;
-			if (ps[r].stamp != stamp) {
-				if (nu == nu_max)
-					return EMBER_ETOOBIG; /* more distinct rows than capacity */
-				ps[r].stamp = stamp;
-				ps[r].pos = nu;
-				b->uniq[nu++] = (struct urow){.table = pt->table, .row = r};
-			}
-			b->luidx[at] = ps[r].pos;
-		}
+		rc = oracle_link_part(c->oracle, &b->ob, pt->table, pt->n, pt->rows, b->lslots + at,
+				      b->ids + at);
+		at += pt->n;
 	}
+	if (rc < 0)
+		oracle_link_abort(c->oracle, &b->ob); /* as if never pushed */
+	else
+		oracle_link_end(c->oracle, &b->ob);
+	pthread_mutex_unlock(&c->omu);
+	stat_add(&c->st_plan_ns, now_ns() - t0);
+	if (rc < 0)
+		return rc;
+	uint32_t nu = b->ob.nuniq;
 	b->nparts = batch->nparts;
 	b->nids = nids;
-	b->ob = (struct obatch){.seq = seq, .nuniq = nu, .uniq = b->uniq, .next = b->next,
-				.slot = b->uslot, .miss = b->miss};
 	b->mdone = 0;
 	stat_add(&c->st_pushed, 1);
 	stat_add(&c->st_lookups, nids);

@@ -11,33 +11,58 @@
  * oracle knows a row's next use only within the batches linked so far (the
  * window); with a window as long as the whole trace, the plan is Belady's MIN.
  *
- * Why a row's next use is cheap to know. Linking batch q (oracle_link) walks q's
- * distinct rows once. Each row remembers its latest linked occurrence (batch and
- * position, in its per-row state), so linking writes q into that occurrence's
- * `next` field: every occurrence learns its next use exactly when it becomes
- * known, in O(1). If the latest occurrence was already planned, the row is
- * resident with no known next use, and linking moves it from the "never" queue to
- * bucket q.
+ * Per-row state: one 64-bit word per row of every table, zero at first:
+ *   0               never seen (or seen and never planned into a slot);
+ *   (q + 1) << 32 | k   OCC: the row's latest linked occurrence is uniq[k] of
+ *                   batch q, not yet planned;
+ *   s + 1 (< 2^32)  SLOT: when its latest occurrence was planned, the row went
+ *                   into slot s with no next use known; a hint, valid while slot
+ *                   s still holds the row (the slot's owner says so: victims'
+ *                   words are never written, they go stale).
+ * Per slot: its row (owner), its bucket key (next use or "never"), the position
+ * npos of that next use in its batch, its last planned use lu.
+ * Per linked, unplanned occurrence (batch q, index k): next[k] (the row's next
+ * occurrence, batch and index) and slot[k] (the slot the row will be found in
+ * when q is planned, or ORACLE_NONE: a miss, as far as the plan knows now).
+ *
+ * Linking batch q (one random access per distinct row into the per-row state):
+ *   A. per id (oracle_link_part): the word says OCC(q, k): a duplicate within q,
+ *      its index is k (the dedupe costs no other state); else the row is new to
+ *      q: append it to uniq, keep the old word in a scratch array (in b->miss),
+ *      write OCC(q, k). An error here (row out of range, too many distinct rows)
+ *      puts the old words back: nothing else was written yet.
+ *   B. per distinct row (link_finish), from the old word: OCC(q', k') -> the
+ *      earlier occurrence learns its next use: next[k'] of q' = (q, k); its slot
+ *      is settled when q' is planned. SLOT(s) and slot s holds the row -> it is
+ *      resident, last use planned, next use unknown until now: it leaves "never"
+ *      (its entry goes stale) for bucket q, npos = k, and slot[k] of q = s.
+ *      Otherwise the row is not resident: slot[k] of q = ORACLE_NONE.
+ * So every occurrence learns its next use, and its slot, in O(1) when they become
+ * known: a row's slot is written into its next occurrence when the current one
+ * is planned (pass 3) or when it is linked (B, from "never"), and cleared there
+ * when the row is evicted from a bucket (pass 2).
  *
  * Why victims are cheap to find. Resident rows sit in buckets by next use: one
- * intrusive stack per batch of the window (ring of `ring` heads, since every next
+ * intrusive list per batch of the window (ring of `ring` heads, since every next
  * use lies within [planned, linked) and linked - planned <= ring) and one FIFO
  * queue "never" for rows with no known next use, in the order their last use was
- * planned. The victim is the head of "never" if any, else the top of the highest
- * non-empty bucket above the batch being planned; `hi` remembers the highest
- * bucket that may be non-empty, so the scan is amortised O(1).
+ * planned. The victim is the head of "never" if any, else the first row of the
+ * highest non-empty bucket above the batch being planned; `hi` remembers the
+ * highest bucket that may be non-empty, so the scan is amortised O(1). Rows join
+ * a bucket at its end (B1), so its list is ordered by last use.
  *
- * Planning batch p (oracle_plan) runs these passes over p's distinct rows:
- *   1. rows with a slot are hits (they sit in bucket p); the others are misses;
- *   2a. each miss takes a never-used slot or evicts a victim (never one of p's
- *      rows: they are in bucket p or not yet in any bucket, and the search stops
- *      above p); only slots are touched;
- *   2b. the per-row state of every victim (slot dropped) and every admitted row
- *      (slot taken); the two sets are disjoint, so splitting 2a from 2b changes no
- *      decision, and 2b can prefetch both rows a fixed distance ahead (in one pass
- *      each victim's state was a dependent miss: never entry -> slot -> row);
+ * Planning batch p (oracle_plan), no access to the per-row state but one write
+ * for rows with no next use:
+ *   1. rows with slot[k] set are hits (they sit in bucket p); the others are
+ *      misses (a sequential pass over slot[]);
+ *   2. each miss takes a never-used slot or evicts a victim (never one of p's
+ *      rows: they are in bucket p or not resident, and the search stops above
+ *      p); a victim from bucket q' clears slot[npos] of q' (its next occurrence
+ *      will miss); a victim's word is left stale;
  *   3. every row of p records p as its slot's last use and moves to the bucket of
- *      its next use (or the tail of "never"); bucket p is then empty.
+ *      its next use, writing its slot into that occurrence's slot[] (npos), or
+ *      to the tail of "never", writing SLOT(s) into its word; bucket p is then
+ *      empty.
  *
  * Pinned rows. In the cache, the rows of batches planned but not yet released are
  * pinned: evicting one delays its admission until the trainer releases that batch,
@@ -45,38 +70,58 @@
  * (1) the head of "never" if it is not pinned (the queue is ordered by last use,
  * so if its head is pinned, all of it is); else (2) the first unpinned row found
  * by walking the buckets from the highest down (at most PIN_SCAN entries per
- * distinct row of the batch, over the whole plan); else
+ * distinct row of the batch, over the whole plan; one walk per plan, each victim's
+ * search resuming where the last one stopped; by B1 a pinned row placed by a plan
+ * ends the walk of its bucket); else
  * (3) the head of "never", pinned; else (4) the top of the highest bucket. With
  * nothing pinned (the simulator) this is exactly Belady's choice; with pins it
  * trades a few fetches (a row with a known next use instead of a pinned one with
  * none) for admissions that need not wait.
  *
+ * Why "never" in LRU order (docs/cache.md, "The oracle against LRU"): rows with
+ * no next use in the window are equally good to Belady's rule as far as the
+ * window tells; taking the least recently used of them first makes a one-batch
+ * window exactly LRU, and the simulator compares longer windows with LRU and LFU.
+ *
  * Invariants (checked by oracle_check):
- *   I1. At most `capacity` rows have a slot; row -> slot (orow.slot1) and
- *       slot -> row (oslot.table/row) are inverse.
- *   I2. Between plans, every used slot is in exactly one place: the stack of
+ *   I1. At most `capacity` rows have a slot (slots >= nused were never used);
+ *       no two slots hold the same row. A slot's row has word SLOT(the slot) and
+ *       key "never", or word OCC(q, k) with planned <= q < linked, uniq[k] of q
+ *       the row, and a finite key.
+ *   I2. Between plans, every used slot is in exactly one place: the list of
  *       bucket key (planned <= key < linked) or, with key ORACLE_NONE, the "never"
  *       queue as its one entry whose generation equals the slot's.
- *   I3. A finite bucket's stack holds exactly the slots whose key is that batch
+ *   I3. A finite bucket's list holds exactly the slots whose key is that batch
  *       (no stale entries: a slot leaves bucket q only by being planned at q,
- *       which empties q, or by being popped as a victim from its top).
+ *       which empties q, or by being taken out as a victim); tail is its last.
+ *   B1. Bucket q's list holds first the rows that linking q moved there from
+ *       "never" (their lu < lkp[q], `planned` when q was linked: bucket q was
+ *       empty until then), then the rows that plans placed there, in the order
+ *       of those plans (lu nondecreasing, >= lkp[q]). So the unpinned-row scan,
+ *       meeting a pinned row placed by a plan, knows the rest of the list is
+ *       pinned: it costs O(buckets + pinned rows placed by linking) per plan,
+ *       not a walk over every pinned row for every victim.
  *   I4. A slot's lu is the last planned batch that used its row; an admission's
  *       vlast is the victim's lu, so the caller can hold the physical eviction
  *       until every batch up to vlast is done with the row.
  *   I5. "never" entries whose generation differs from their slot's are stale (the
  *       slot moved since); the queue is compacted before it could overflow its
  *       2 x capacity + 1 entries, so link and plan never allocate.
+ *   I6. Words OCC(q, k) only name unplanned batches, and the row's latest
+ *       linked occurrence (its next[k] is none). Each linked, unplanned
+ *       occurrence's next, if any, names a later one of the same row.
+ *   I7. slot[k] of a linked, unplanned batch q is s exactly when slot s has key
+ *       q and npos k (then s holds uniq[k]); so a row's next occurrence knows its
+ *       slot, and one further on does not (it is ORACLE_NONE there).
  *
- * Cost: link is one random access per distinct row (its per-row state) plus one
- * to the earlier occurrence's `next` or to the row's slot; plan is two per
- * distinct row (per-row state and slot) plus, per miss, the victim's slot and
- * per-row state and O(1) amortised bucket work. No hashing, no allocation, no
- * division (ring positions are masks: the ring is rounded up to a power of two).
- * The random accesses whose address is known ahead are prefetched PF_AHEAD items
- * ahead in the walk that needs them (a batch's rows are known up front), so their
- * misses overlap. Measured and dropped (docs/cache.md): a second prefetch stage
- * in link (read the prefetched row state, prefetch the slot or `next` cell it
- * points to) and a longer distance: both slowed planning on the bench machine.
+ * Cost: link is one random access per distinct row to its word (ids that repeat
+ * within the batch find their row's line in the CPU cache) plus one to the
+ * earlier occurrence's `next` or to the row's slot; plan is, per distinct row,
+ * one to its slot and one to its next occurrence's slot[] or its word, plus per
+ * miss the victim's slot and O(1) amortised bucket work. No hashing, no
+ * allocation, no division (ring positions are masks: the ring is rounded up to a
+ * power of two). Every random access whose address is known ahead is prefetched
+ * a fixed distance ahead in the walk that needs it, so their misses overlap.
  */
 #include "cache/oracle.h"
 
@@ -86,20 +131,18 @@
 #include "core/alloc.h"
 #include "ember.h"
 
-/* Per-row state, indexed by row id (zeroed memory is "never seen, no slot"). */
-struct orow {
-	uint32_t slot1; /* slot + 1, or 0: no slot */
-	uint32_t seen1; /* latest linked batch naming this row + 1, or 0 */
-	uint32_t pos;   /* its index in that batch's uniq[] */
-};
+/* Per-row words (see above). */
+#define W_OCC(q, k) ((uint64_t)((q) + 1u) << 32 | (uint32_t)(k))
+#define W_IS_OCC(w) (((w) >> 32) != 0)
+#define W_OCC_SEQ(w) ((uint32_t)((w) >> 32) - 1u)
 
 struct oslot {
 	uint32_t gen;   /* changes whenever the slot's key changes (I5) */
 	uint32_t key;   /* bucket: next use batch, or ORACLE_NONE ("never") */
 	uint32_t lu;    /* last planned use (I4), ORACLE_NONE before the first */
 	uint32_t nextb; /* next slot in its finite bucket's stack */
+	uint32_t npos;  /* key finite: the row's index in batch key's uniq[] (I7) */
 	uint32_t table;
-	uint32_t pad_;
 	uint64_t row;
 };
 
@@ -115,24 +158,50 @@ struct bigmem {
 struct oracle {
 	uint32_t ntables;
 	uint64_t *rows;
-	struct orow **rowst;       /* [ntables]: each table's rows, inside rowst_mem */
-	struct bigmem rowst_mem;   /* every table's per-row state, one region */
+	uint64_t total_rows;
+	uint64_t **rowst;          /* [ntables]: each table's words, inside rowst_mem */
+	struct bigmem rowst_mem;   /* every table's per-row words, one region */
 	struct bigmem slot_mem;
 	uint32_t capacity;
 	uint32_t nused; /* slots handed out so far; slots >= nused were never used */
 	struct oslot *slot;
 	uint32_t ring;
 	uint32_t rmask;            /* ring rounded up to a power of two, minus 1 */
-	uint32_t *head;            /* [rmask + 1]: top of each finite bucket's stack */
+	uint32_t *head;            /* [rmask + 1]: first of each finite bucket's list */
+	uint32_t *tail;            /* [rmask + 1]: its last (ORACLE_NONE: empty) */
+	uint32_t *lkp;             /* [rmask + 1]: `planned` when the bucket's batch was
+				      linked (B1) */
 	struct obatch **pending;   /* [rmask + 1]: linked, unplanned batches by seq & rmask */
 	uint64_t *never;           /* entries: slot | gen << 32 */
 	uint32_t never_head, never_n, never_cap;
 	uint32_t planned, linked;
 	uint32_t hi; /* highest finite bucket that may be non-empty */
+	struct urow *lk_uniq;      /* oracle_link_begin's uniq[] (writable), and */
+	uint32_t lk_max;           /* its size */
+	uint32_t sc_q, sc_prev;    /* pass 2's scan for unpinned rows: the bucket, and
+				      the last pinned entry passed in it (ORACLE_NONE:
+				      none yet); sc_q <= the batch planned: done */
 };
 
-/* How far ahead the walks over a batch's rows prefetch their per-row state. */
+/* How far ahead the walks over a batch's rows prefetch their random accesses. */
 #define PF_AHEAD 16
+/* How far ahead oracle_link_part prefetches the word of an id. */
+#define PF_IDS 16
+
+/* oracle_link_part's per-id outputs (luidx, the ids' copy) are read again only
+ * when the batch is planned or trained, a window later: streaming stores write
+ * them around the CPU cache, without reading their lines first (measured on the
+ * bench machine: the copy and luidx of a 426k-id batch, 1.0 -> 0.47 ms). */
+#if defined(__x86_64__) && defined(__SSE2__)
+#include <immintrin.h>
+#define STORE_NT64(p, v) _mm_stream_si64((long long *)(void *)(p), (long long)(v))
+#define STORE_NT32(p, v) _mm_stream_si32((int *)(void *)(p), (int)(v))
+#define STORE_FENCE() _mm_sfence()
+#else
+#define STORE_NT64(p, v) (*(p) = (v))
+#define STORE_NT32(p, v) (*(p) = (v))
+#define STORE_FENCE() ((void)0)
+#endif
 /* Regions of at least this many bytes get a mapping of their own (huge pages). */
 #define BIG_MIN ((size_t)2 << 20)
 #define HUGE_ALIGN ((size_t)2 << 20)
@@ -201,10 +270,12 @@ int oracle_create(struct oracle **out, uint32_t ntables, const uint64_t *rows,
 		goto undo_alloc;
 	o->slot = o->slot_mem.p;
 	o->head = em_alloc((size_t)rsz * sizeof(uint32_t));
+	o->tail = em_alloc((size_t)rsz * sizeof(uint32_t));
+	o->lkp = em_zalloc((size_t)rsz * sizeof(uint32_t));
 	o->pending = em_zalloc((size_t)rsz * sizeof(*o->pending));
 	o->never_cap = (uint32_t)(2 * capacity + 1 > UINT32_MAX ? UINT32_MAX : 2 * capacity + 1);
 	o->never = em_alloc((size_t)o->never_cap * sizeof(uint64_t));
-	if (!o->rows || !o->rowst || !o->head || !o->pending || !o->never)
+	if (!o->rows || !o->rowst || !o->head || !o->tail || !o->lkp || !o->pending || !o->never)
 		goto undo_alloc;
 	uint64_t total = 0;
 	for (uint32_t t = 0; t < ntables; t++) {
@@ -212,19 +283,20 @@ int oracle_create(struct oracle **out, uint32_t ntables, const uint64_t *rows,
 			rc = EMBER_EINVAL;
 			goto undo_alloc;
 		}
-		if (rows[t] > SIZE_MAX / sizeof(struct orow) - total)
+		if (rows[t] > SIZE_MAX / sizeof(uint64_t) - total)
 			goto undo_alloc; /* more state than memory can hold: ENOMEM */
 		o->rows[t] = rows[t];
 		total += rows[t];
 	}
+	o->total_rows = total;
 	/* one region for every table (one mapping, however many tables); anonymous
 	 * memory is zero and mapped lazily: untouched rows cost nothing */
-	if (big_zalloc(&o->rowst_mem, total * sizeof(struct orow)) < 0)
+	if (big_zalloc(&o->rowst_mem, total * sizeof(uint64_t)) < 0)
 		goto undo_alloc;
 	for (uint64_t t = 0, at = 0; t < ntables; at += rows[t], t++)
-		o->rowst[t] = (struct orow *)o->rowst_mem.p + at;
+		o->rowst[t] = (uint64_t *)o->rowst_mem.p + at;
 	for (uint32_t r = 0; r < rsz; r++)
-		o->head[r] = ORACLE_NONE;
+		o->head[r] = o->tail[r] = ORACLE_NONE;
 	for (uint64_t s = 0; s < capacity; s++) {
 		o->slot[s].key = ORACLE_NONE;
 		o->slot[s].lu = ORACLE_NONE;
@@ -247,18 +319,25 @@ void oracle_destroy(struct oracle *o)
 	em_free(o->rows, 0);
 	em_free(o->rowst, 0);
 	em_free(o->head, 0);
+	em_free(o->tail, 0);
+	em_free(o->lkp, 0);
 	em_free(o->pending, 0);
 	em_free(o->never, 0);
 	em_free(o, sizeof(*o));
 }
 
+/* Slot s joins the end of bucket q's list (B1). */
 static inline void bucket_push(struct oracle *o, uint32_t s, uint32_t q)
 {
-	uint32_t *h = &o->head[q & o->rmask];
+	uint32_t i = q & o->rmask;
 	o->slot[s].key = q;
 	o->slot[s].gen++;
-	o->slot[s].nextb = *h;
-	*h = s;
+	o->slot[s].nextb = ORACLE_NONE;
+	if (o->tail[i] == ORACLE_NONE)
+		o->head[i] = s;
+	else
+		o->slot[o->tail[i]].nextb = s;
+	o->tail[i] = s;
 	if (q > o->hi)
 		o->hi = q;
 }
@@ -285,30 +364,143 @@ static inline void never_push(struct oracle *o, uint32_t s)
 	o->never[o->never_n++] = never_entry(s, o->slot[s].gen);
 }
 
+/* The scratch array of old words between the two link passes (in b->miss, which
+ * planning fills later: 24 bytes an entry, of which linking uses 8). */
+static inline uint64_t *link_prev(struct obatch *b)
+{
+	return (uint64_t *)(void *)b->miss;
+}
+
+/* What pass B will touch for an old word w: prefetch it. */
+static inline void prefetch_prev(const struct oracle *o, uint64_t w)
+{
+	if (W_IS_OCC(w))
+		__builtin_prefetch(&o->pending[W_OCC_SEQ(w) & o->rmask]->next[(uint32_t)w], 1);
+	else if (w != 0)
+		__builtin_prefetch(&o->slot[(uint32_t)w - 1], 1);
+}
+
+/* Pass B of linking (see the design notes): the old words in link_prev(b). */
+static void link_finish(struct oracle *o, struct obatch *b)
+{
+	uint32_t q = b->seq;
+	const uint64_t *prev = link_prev(b);
+	o->pending[q & o->rmask] = b;
+	o->lkp[q & o->rmask] = o->planned; /* B1: bucket q is empty until now */
+	for (uint32_t k = 0; k < b->nuniq; k++) {
+		if (k + PF_AHEAD < b->nuniq)
+			prefetch_prev(o, prev[k + PF_AHEAD]);
+		uint64_t w = prev[k];
+		b->next[k].seq = ORACLE_NONE;
+		b->next[k].pos = 0;
+		b->slot[k] = ORACLE_NONE;
+		if (W_IS_OCC(w)) {
+			/* the earlier occurrence is still unplanned (I6): it learns its
+			 * next use; this one's slot is settled when that one is planned */
+			struct onext *e = &o->pending[W_OCC_SEQ(w) & o->rmask]->next[(uint32_t)w];
+			e->seq = q;
+			e->pos = k;
+		} else if (w != 0) {
+			uint32_t s = (uint32_t)w - 1;
+			struct oslot *v = &o->slot[s];
+			const struct urow *u = &b->uniq[k];
+			if (v->row == u->row && v->table == u->table) {
+				/* resident, last use planned, next use unknown until now:
+				 * leave "never" (its entry goes stale) for bucket q */
+				bucket_push(o, s, q);
+				v->npos = k;
+				b->slot[k] = s;
+			}
+		}
+	}
+	o->linked = q + 1;
+}
+
 void oracle_link(struct oracle *o, struct obatch *b)
 {
 	uint32_t q = b->seq;
-	o->pending[q & o->rmask] = b;
+	uint64_t *prev = link_prev(b);
 	for (uint32_t k = 0; k < b->nuniq; k++) {
 		const struct urow *u = &b->uniq[k];
-		struct orow *r = &o->rowst[u->table][u->row];
 		if (k + PF_AHEAD < b->nuniq) { /* overlap the random accesses' misses */
 			const struct urow *f = &b->uniq[k + PF_AHEAD];
 			__builtin_prefetch(&o->rowst[f->table][f->row], 1);
 		}
-		b->next[k] = ORACLE_NONE;
-		if (r->seen1 != 0 && r->seen1 - 1 >= o->planned) {
-			/* the earlier occurrence is still unplanned: it learns its next use */
-			o->pending[(r->seen1 - 1) & o->rmask]->next[r->pos] = q;
-		} else if (r->slot1 != 0) {
-			/* resident, last use planned, next use unknown until now: leave
-			 * "never" (its entry goes stale) for bucket q */
-			bucket_push(o, r->slot1 - 1, q);
-		}
-		r->seen1 = q + 1;
-		r->pos = k;
+		uint64_t *w = &o->rowst[u->table][u->row];
+		prev[k] = *w;
+		*w = W_OCC(q, k);
 	}
-	o->linked = q + 1;
+	link_finish(o, b);
+}
+
+void oracle_link_begin(struct oracle *o, struct obatch *b, struct urow *uniq, uint32_t max_uniq)
+{
+	b->nuniq = 0;
+	b->uniq = uniq;
+	o->lk_uniq = uniq;
+	o->lk_max = max_uniq;
+}
+
+int oracle_link_part(struct oracle *o, struct obatch *b, uint32_t table, size_t n,
+		     const uint64_t *rows, uint32_t *luidx, uint64_t *ids)
+{
+	uint64_t *ws = o->rowst[table];
+	uint64_t nrows = o->rows[table];
+	uint64_t *prev = link_prev(b);
+	struct urow *uniq = o->lk_uniq;
+	uint32_t nu = b->nuniq, max = o->lk_max, q1 = b->seq + 1;
+	uint64_t tag = (uint64_t)q1 << 32;
+	int rc = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (i + PF_IDS < n && rows[i + PF_IDS] < nrows) /* overlap the words' misses */
+			__builtin_prefetch(&ws[rows[i + PF_IDS]], 1);
+		uint64_t r = rows[i];
+		if (r >= nrows) {
+			rc = EMBER_EINVAL;
+			break;
+		}
+		if (ids)
+			STORE_NT64(&ids[i], r);
+		uint64_t w = ws[r];
+		uint32_t dup = (uint32_t)(w >> 32) == q1;
+		if (nu == max) { /* full: only duplicates may follow */
+			if (!dup) {
+				rc = EMBER_ETOOBIG;
+				break;
+			}
+			STORE_NT32(&luidx[i], (uint32_t)w);
+			continue;
+		}
+		/* without a branch on dup (duplicates and new rows mix at random): a
+		 * duplicate writes entry nu too, and the next new row overwrites it */
+		uint32_t pos = dup ? (uint32_t)w : nu;
+		prev[nu] = w;
+		uniq[nu].table = table;
+		uniq[nu].pad_ = 0;
+		uniq[nu].row = r;
+		ws[r] = tag | pos;
+		STORE_NT32(&luidx[i], pos);
+		nu += !dup;
+	}
+	STORE_FENCE(); /* the streaming stores are weakly ordered: complete them before
+			  the caller publishes the batch to another thread */
+	b->nuniq = nu;
+	return rc;
+}
+
+void oracle_link_end(struct oracle *o, struct obatch *b)
+{
+	o->lk_uniq = NULL;
+	link_finish(o, b);
+}
+
+void oracle_link_abort(struct oracle *o, struct obatch *b)
+{
+	const uint64_t *prev = link_prev(b);
+	for (uint32_t k = 0; k < b->nuniq; k++)
+		o->rowst[b->uniq[k].table][b->uniq[k].row] = prev[k];
+	b->nuniq = 0;
+	o->lk_uniq = NULL;
 }
 
 /* The slot of the resident row to evict while planning batch p (pass 2). */
@@ -328,18 +520,36 @@ static uint32_t pop_victim(struct oracle *o, uint32_t p, uint32_t pinned, uint64
 		}
 		break; /* pinned, and so is the rest of the queue */
 	}
-	/* (2): an unpinned row in the highest buckets */
-	for (uint32_t q = o->hi; q > p && *budget > 0; q--) {
-		uint32_t *link = &o->head[q & o->rmask];
-		if (*link == ORACLE_NONE && q == o->hi)
-			o->hi = q - 1; /* the top bucket is empty: never scan it again */
-		for (uint32_t s = *link; s != ORACLE_NONE && *budget > 0; s = *link, (*budget)--) {
-			if (o->slot[s].lu < pinned || pinned == ORACLE_NONE) {
-				*link = o->slot[s].nextb;
-				return s;
-			}
-			link = &o->slot[s].nextb;
+	/* (2): an unpinned row in the highest buckets, the scan resuming where the
+	 * previous victim of this plan left it (entries passed are pinned and stay
+	 * so for the plan; pass 2 adds no bucket entries) */
+	while (o->sc_q > p && *budget > 0) {
+		uint32_t q = o->sc_q, i = q & o->rmask;
+		uint32_t *link = o->sc_prev == ORACLE_NONE ? &o->head[i] : &o->slot[o->sc_prev].nextb;
+		uint32_t s = *link;
+		if (s == ORACLE_NONE) {
+			if (o->sc_prev == ORACLE_NONE && q == o->hi)
+				o->hi = q - 1; /* the top bucket is empty: never scan it again */
+			o->sc_q = q - 1;
+			o->sc_prev = ORACLE_NONE;
+			continue;
 		}
+		(*budget)--;
+		const struct oslot *v = &o->slot[s];
+		if (v->lu < pinned || pinned == ORACLE_NONE) {
+			*link = v->nextb;
+			if (o->tail[i] == s)
+				o->tail[i] = o->sc_prev;
+			return s;
+		}
+		if (v->lu >= o->lkp[i]) {
+			/* B1: a row placed by a plan, pinned: the rest of the list was
+			 * placed by the same or later plans, pinned too */
+			o->sc_q = q - 1;
+			o->sc_prev = ORACLE_NONE;
+			continue;
+		}
+		o->sc_prev = s;
 	}
 	/* (3) */
 	if (o->never_head < o->never_n)
@@ -350,6 +560,8 @@ static uint32_t pop_victim(struct oracle *o, uint32_t p, uint32_t pinned, uint64
 		if (*h != ORACLE_NONE) {
 			uint32_t s = *h;
 			*h = o->slot[s].nextb;
+			if (*h == ORACLE_NONE)
+				o->tail[q & o->rmask] = ORACLE_NONE;
 			o->hi = q;
 			return s;
 		}
@@ -358,27 +570,32 @@ static uint32_t pop_victim(struct oracle *o, uint32_t p, uint32_t pinned, uint64
 	return ORACLE_NONE;
 }
 
+/* Pass 3's random accesses for row k of b: prefetch them. */
+static inline void prefetch_place(const struct oracle *o, const struct obatch *b, uint32_t k)
+{
+	__builtin_prefetch(&o->slot[b->slot[k]], 1);
+	const struct onext *nx = &b->next[k];
+	if (nx->seq == ORACLE_NONE)
+		__builtin_prefetch(&o->rowst[b->uniq[k].table][b->uniq[k].row], 1);
+	else
+		__builtin_prefetch(&o->pending[nx->seq & o->rmask]->slot[nx->pos], 1);
+}
+
 void oracle_plan(struct oracle *o, struct obatch *b, uint32_t pinned)
 {
 	uint32_t p = b->seq;
 	uint32_t nmiss = 0;
 	uint64_t budget = (uint64_t)PIN_SCAN * b->nuniq + 64;
+	o->sc_q = o->hi;
+	o->sc_prev = ORACLE_NONE;
 
-	/* pass 1: hits keep their slot (they sit in bucket p) */
+	/* pass 1: hits were told their slot (I7: they sit in bucket p) */
 	for (uint32_t k = 0; k < b->nuniq; k++) {
-		const struct urow *u = &b->uniq[k];
-		if (k + PF_AHEAD < b->nuniq) {
-			const struct urow *f = &b->uniq[k + PF_AHEAD];
-			__builtin_prefetch(&o->rowst[f->table][f->row], 1);
-		}
-		uint32_t s1 = o->rowst[u->table][u->row].slot1;
-		b->slot[k] = s1 - 1; /* ORACLE_NONE when s1 is 0 */
 		b->miss[nmiss].uidx = k; /* without a branch: hits and misses mix at random */
-		nmiss += s1 == 0;
+		nmiss += b->slot[k] == ORACLE_NONE;
 	}
 
-	/* pass 2a: admissions, each into a never-used slot or a victim's; only the
-	 * slots are touched here (the victims' per-row state waits for pass 2b) */
+	/* pass 2: admissions, each into a never-used slot or a victim's */
 	for (uint32_t m = 0; m < nmiss; m++) {
 		struct omiss *mi = &b->miss[m];
 		const struct urow *u = &b->uniq[mi->uidx];
@@ -399,6 +616,8 @@ void oracle_plan(struct oracle *o, struct obatch *b, uint32_t pinned)
 			mi->vtable = v->table;
 			mi->vrow = v->row;
 			mi->vlast = v->lu;
+			if (v->key != ORACLE_NONE) /* I7: its next occurrence will miss */
+				o->pending[v->key & o->rmask]->slot[v->npos] = ORACLE_NONE;
 			v->gen++;
 			v->key = ORACLE_NONE;
 		}
@@ -407,38 +626,27 @@ void oracle_plan(struct oracle *o, struct obatch *b, uint32_t pinned)
 		mi->slot = s;
 		b->slot[mi->uidx] = s;
 	}
-	/* pass 2b: the per-row state of victims and admitted rows, prefetched ahead
-	 * (the two sets are disjoint: a victim is never a row of batch p, so the
-	 * order of these writes does not matter) */
-	for (uint32_t m = 0; m < nmiss; m++) {
-		const struct omiss *mi = &b->miss[m];
-		if (m + PF_AHEAD < nmiss) {
-			const struct omiss *f = &b->miss[m + PF_AHEAD];
-			if (f->vtable != ORACLE_NONE)
-				__builtin_prefetch(&o->rowst[f->vtable][f->vrow], 1);
-			const struct urow *fu = &b->uniq[f->uidx];
-			__builtin_prefetch(&o->rowst[fu->table][fu->row], 1);
-		}
-		if (mi->vtable != ORACLE_NONE)
-			o->rowst[mi->vtable][mi->vrow].slot1 = 0;
-		const struct urow *u = &b->uniq[mi->uidx];
-		o->rowst[u->table][u->row].slot1 = mi->slot + 1;
-	}
 	b->nmiss = nmiss;
 
-	/* pass 3: every row of p moves to the bucket of its next use */
-	o->head[p & o->rmask] = ORACLE_NONE;
+	/* pass 3: every row of p moves to the bucket of its next use, which learns
+	 * its slot, or to "never", its word keeping the slot */
+	o->head[p & o->rmask] = o->tail[p & o->rmask] = ORACLE_NONE;
 	if (o->never_n + b->nuniq > o->never_cap)
 		never_compact(o);
 	for (uint32_t k = 0; k < b->nuniq; k++) {
-		uint32_t s = b->slot[k];
 		if (k + PF_AHEAD < b->nuniq)
-			__builtin_prefetch(&o->slot[b->slot[k + PF_AHEAD]], 1);
+			prefetch_place(o, b, k + PF_AHEAD);
+		uint32_t s = b->slot[k];
+		const struct onext nx = b->next[k];
 		o->slot[s].lu = p;
-		if (b->next[k] == ORACLE_NONE)
+		if (nx.seq == ORACLE_NONE) {
 			never_push(o, s);
-		else
-			bucket_push(o, s, b->next[k]);
+			o->rowst[b->uniq[k].table][b->uniq[k].row] = (uint64_t)s + 1;
+		} else {
+			bucket_push(o, s, nx.seq);
+			o->slot[s].npos = nx.pos;
+			o->pending[nx.seq & o->rmask]->slot[nx.pos] = s;
+		}
 	}
 	o->pending[p & o->rmask] = NULL;
 	o->planned = p + 1;
@@ -468,37 +676,84 @@ uint32_t oracle_linked(const struct oracle *o)
 	return o->linked;
 }
 
-int oracle_check(const struct oracle *o)
+static int check(const struct oracle *o, uint8_t *held)
 {
-	/* I1: slot -> row -> slot */
+	if (o->nused > o->capacity || o->linked - o->planned > o->rmask + 1)
+		return -__LINE__;
+	/* I1: owners in range and distinct; each owner's word */
 	for (uint32_t s = 0; s < o->nused; s++) {
 		const struct oslot *v = &o->slot[s];
 		if (v->table >= o->ntables || v->row >= o->rows[v->table])
 			return -__LINE__;
-		if (o->rowst[v->table][v->row].slot1 != s + 1)
+		uint64_t g = (uint64_t)(o->rowst[v->table] - o->rowst[0]) + v->row;
+		if (held[g]++)
+			return -__LINE__;
+		uint64_t w = o->rowst[v->table][v->row];
+		if (!W_IS_OCC(w)) {
+			if (w != (uint64_t)s + 1 || v->key != ORACLE_NONE)
+				return -__LINE__;
+			continue;
+		}
+		uint32_t q = W_OCC_SEQ(w);
+		if (q < o->planned || q >= o->linked || v->key == ORACLE_NONE)
 			return -__LINE__;
 	}
-	/* I1 the other way, and the row count */
-	uint64_t with_slot = 0;
-	for (uint32_t t = 0; t < o->ntables; t++)
-		for (uint64_t r = 0; r < o->rows[t]; r++) {
-			uint32_t s1 = o->rowst[t][r].slot1;
-			if (s1 == 0)
-				continue;
-			with_slot++;
-			if (s1 - 1 >= o->nused || o->slot[s1 - 1].table != t || o->slot[s1 - 1].row != r)
+	/* I6, I7: every linked, unplanned occurrence */
+	for (uint32_t q = o->planned; q < o->linked; q++) {
+		const struct obatch *b = o->pending[q & o->rmask];
+		if (!b || b->seq != q)
+			return -__LINE__;
+		for (uint32_t k = 0; k < b->nuniq; k++) {
+			const struct urow *u = &b->uniq[k];
+			if (u->table >= o->ntables || u->row >= o->rows[u->table])
+				return -__LINE__;
+			uint64_t w = o->rowst[u->table][u->row];
+			if (!W_IS_OCC(w) || W_OCC_SEQ(w) < q || W_OCC_SEQ(w) >= o->linked)
+				return -__LINE__;
+			const struct onext nx = b->next[k];
+			if (nx.seq == ORACLE_NONE) {
+				if (w != W_OCC(q, k)) /* the latest occurrence is in the word */
+					return -__LINE__;
+			} else {
+				if (nx.seq <= q || nx.seq >= o->linked)
+					return -__LINE__;
+				const struct obatch *n = o->pending[nx.seq & o->rmask];
+				if (nx.pos >= n->nuniq || n->uniq[nx.pos].table != u->table ||
+				    n->uniq[nx.pos].row != u->row)
+					return -__LINE__;
+				if (n->slot[nx.pos] != ORACLE_NONE) /* told only via q */
+					return -__LINE__;
+			}
+			uint32_t s = b->slot[k];
+			if (s != ORACLE_NONE &&
+			    (s >= o->nused || o->slot[s].key != q || o->slot[s].npos != k))
 				return -__LINE__;
 		}
-	if (with_slot != o->nused || o->nused > o->capacity)
-		return -__LINE__;
-	/* I2, I3: each used slot in exactly one place */
+	}
+	/* I7 the other way, I2, I3: each used slot in exactly one place */
 	uint64_t placed = 0;
 	for (uint32_t q = o->planned; q < o->linked; q++) {
 		uint32_t n = 0;
+		const struct obatch *b = o->pending[q & o->rmask];
+		uint32_t last = ORACLE_NONE, lkp = o->lkp[q & o->rmask], lu = 0, planned_seen = 0;
 		for (uint32_t s = o->head[q & o->rmask]; s != ORACLE_NONE; s = o->slot[s].nextb) {
-			if (s >= o->nused || o->slot[s].key != q || ++n > o->capacity)
+			const struct oslot *v = &o->slot[s];
+			if (s >= o->nused || v->key != q || ++n > o->capacity)
+				return -__LINE__;
+			/* B1: linked rows (lu < lkp) first, then planned ones by lu */
+			if (v->lu < lkp ? planned_seen : planned_seen && v->lu < lu)
+				return -__LINE__;
+			if (v->lu >= lkp) {
+				planned_seen = 1;
+				lu = v->lu;
+			}
+			last = s;
+			if (v->npos >= b->nuniq || b->slot[v->npos] != s ||
+			    b->uniq[v->npos].table != v->table || b->uniq[v->npos].row != v->row)
 				return -__LINE__;
 		}
+		if (o->tail[q & o->rmask] != last)
+			return -__LINE__;
 		placed += n;
 	}
 	for (uint32_t i = o->never_head; i < o->never_n; i++) {
@@ -517,4 +772,14 @@ int oracle_check(const struct oracle *o)
 		if (o->slot[s].lu == ORACLE_NONE || o->slot[s].lu >= o->planned)
 			return -__LINE__;
 	return 0;
+}
+
+int oracle_check(const struct oracle *o)
+{
+	uint8_t *held = em_zalloc(o->total_rows);
+	if (!held)
+		return EMBER_ENOMEM;
+	int rc = check(o, held);
+	em_free(held, o->total_rows);
+	return rc;
 }

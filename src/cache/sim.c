@@ -413,7 +413,7 @@ int sim_oracle(const struct sim_trace *t, uint64_t capacity, uint32_t window,
 		goto out;
 	for (uint32_t i = 0; i < window; i++) {
 		size_t n = t->max_uniq ? t->max_uniq : 1;
-		ob[i].next = em_alloc(n * sizeof(uint32_t));
+		ob[i].next = em_alloc(n * sizeof(struct onext));
 		ob[i].slot = em_alloc(n * sizeof(uint32_t));
 		ob[i].miss = em_alloc(n * sizeof(struct omiss));
 		if (!ob[i].next || !ob[i].slot || !ob[i].miss)

@@ -17,6 +17,12 @@
  *   - half the plans run with pinned rows (last used by a recent batch, as if not
  *     released): then a pinned victim is only taken when every row with no next
  *     use is pinned too (Belady's rule is not checked for those plans).
+ * Half the batches are linked from ids (oracle_link_begin/part/end: the dedupe
+ * fused into linking): duplicates and parts cut at random, the distinct rows,
+ * their order and every lookup's index checked; a quarter of those first try a
+ * link that must fail (a row out of range, or one distinct row more than allowed)
+ * and abort it, after which the oracle must be as before (oracle_check, and every
+ * later plan checked as above).
  * The last rounds use batches of hundreds of distinct rows, longer than the
  * distance the plan prefetches ahead, so its prefetching and split admission passes
  * (victims chosen first, per-row state written after) run on long batches too.
@@ -33,12 +39,92 @@
 struct tb {
 	uint32_t n;
 	struct urow *u;
-	uint32_t *next, *slot;
+	struct onext *next;
+	uint32_t *slot;
 	struct omiss *miss;
 	struct obatch ob; /* linked: the oracle keeps a pointer until the plan */
 };
 
-static uint64_t plans, evictions;
+static uint64_t plans, evictions, id_links, aborts;
+
+/*
+ * Link batch e from ids (oracle_link_begin/part/end): e->u's rows in order, each
+ * followed by random repeats of rows already named, cut into parts at random
+ * (several parts may name one table). The distinct rows must come out as e->u, in
+ * order; luidx and the ids' copy must match. Sometimes a failing attempt first (a
+ * row out of range, or one distinct row too many): EINVAL / ETOOBIG, and the
+ * abort must leave the oracle as it was (the plans checked later depend on it).
+ */
+static void link_ids(struct oracle *o, struct tb *e, const uint64_t *rows, uint32_t ntables,
+		     tu_rng *rng)
+{
+	uint32_t n = e->n, cap = 4 * n + 8, nids = 0;
+	uint32_t *tab = malloc(cap * sizeof(uint32_t)), *want = malloc(cap * sizeof(uint32_t));
+	uint64_t *id = malloc(cap * sizeof(uint64_t)), *copy = malloc(cap * sizeof(uint64_t));
+	uint32_t *luidx = malloc(cap * sizeof(uint32_t));
+	struct urow *uniq = malloc((n + 1) * sizeof(struct urow));
+	CHECK(tab && want && id && copy && luidx && uniq, "malloc");
+	for (uint32_t k = 0; k < n; k++) {
+		tab[nids] = e->u[k].table;
+		id[nids] = e->u[k].row;
+		want[nids++] = k;
+		uint32_t reps = (uint32_t)tu_rng_below(rng, 4);
+		for (uint32_t j = 0; j < reps && nids < cap; j++) {
+			uint32_t x = (uint32_t)tu_rng_below(rng, k + 1);
+			tab[nids] = e->u[x].table;
+			id[nids] = e->u[x].row;
+			want[nids++] = x;
+		}
+	}
+	int fail = n > 0 && tu_rng_chance(rng, 1, 4) ? (int)tu_rng_range(rng, 1, 2) : 0;
+	for (int attempt = fail ? 0 : 1; attempt < 2; attempt++) {
+		uint32_t bad = attempt == 0 && fail == 1 ? (uint32_t)tu_rng_below(rng, nids) : UINT32_MAX;
+		uint64_t saved = bad != UINT32_MAX ? id[bad] : 0;
+		if (bad != UINT32_MAX)
+			id[bad] = rows[tab[bad]] + tu_rng_below(rng, 3); /* out of range */
+		oracle_link_begin(o, &e->ob, uniq, attempt == 0 && fail == 2 ? n - 1 : n);
+		int rc = 0;
+		for (uint32_t i = 0; i < nids && rc == 0;) {
+			uint32_t j = i + 1; /* a part: a run of one table, cut at random */
+			while (j < nids && tab[j] == tab[i] && !tu_rng_chance(rng, 1, 8))
+				j++;
+			CHECK(tab[i] < ntables, "table");
+			rc = oracle_link_part(o, &e->ob, tab[i], j - i, id + i, luidx + i, copy + i);
+			i = j;
+		}
+		if (attempt == 0) {
+			CHECK(rc == (fail == 1 ? EMBER_EINVAL : EMBER_ETOOBIG),
+			      "bad link: rc %d, fail mode %d", rc, fail);
+			oracle_link_abort(o, &e->ob);
+			CHECK(e->ob.nuniq == 0, "abort keeps rows");
+			int crc = oracle_check(o);
+			CHECK(crc == 0, "oracle_check after an abort: line %d", -crc);
+			if (bad != UINT32_MAX)
+				id[bad] = saved;
+			aborts++;
+			continue;
+		}
+		CHECK_OK(rc);
+		CHECK(e->ob.nuniq == n, "link from ids: %u distinct rows, want %u", e->ob.nuniq, n);
+		for (uint32_t k = 0; k < n; k++)
+			CHECK(uniq[k].table == e->u[k].table && uniq[k].row == e->u[k].row,
+			      "distinct row %u out of order", k);
+		for (uint32_t i = 0; i < nids; i++)
+			CHECK(luidx[i] == want[i] && copy[i] == id[i], "lookup %u: luidx %u want %u", i,
+			      luidx[i], want[i]);
+		oracle_link_end(o, &e->ob);
+	}
+	/* the plan reads uniq[] from the batch: keep the oracle's copy (equal to u) */
+	memcpy(e->u, uniq, n * sizeof(struct urow));
+	e->ob.uniq = e->u;
+	id_links++;
+	free(tab);
+	free(want);
+	free(id);
+	free(copy);
+	free(luidx);
+	free(uniq);
+}
 
 /* Plan batch p of b[] and check the plan against the shadow cache. */
 static void plan_and_check(struct oracle *o, struct tb *b, uint32_t p, uint32_t pinned,
@@ -165,7 +251,7 @@ int main(int argc, char **argv)
 		for (uint32_t i = 0; i < nb; i++) {
 			uint32_t look = (uint32_t)tu_rng_range(rng, 0, maxlook);
 			b[i].u = calloc(look + 1, sizeof(struct urow));
-			b[i].next = calloc(look + 1, sizeof(uint32_t));
+			b[i].next = calloc(look + 1, sizeof(struct onext));
 			b[i].slot = calloc(look + 1, sizeof(uint32_t));
 			b[i].miss = calloc(look + 1, sizeof(struct omiss));
 			CHECK(b[i].u && b[i].next && b[i].slot && b[i].miss, "calloc");
@@ -207,7 +293,10 @@ int main(int argc, char **argv)
 							       .next = b[linked].next,
 							       .slot = b[linked].slot,
 							       .miss = b[linked].miss};
-				oracle_link(o, &b[linked].ob);
+				if (tu_rng_chance(rng, 1, 2))
+					oracle_link(o, &b[linked].ob);
+				else
+					link_ids(o, &b[linked], rows, ntables, rng);
 				linked++;
 			} else {
 				uint32_t pin = tu_rng_chance(rng, 1, 2) ? ORACLE_NONE
@@ -241,9 +330,10 @@ int main(int argc, char **argv)
 		free(nu);
 		free(cand);
 	}
-	printf("cache_oracle: %llu rounds (%llu big), %llu plans, %llu evictions checked\n",
+	printf("cache_oracle: %llu rounds (%llu big), %llu plans, %llu evictions checked; %llu "
+	       "batches linked from ids, %llu failed links aborted\n",
 	       (unsigned long long)(rounds + big_rounds), (unsigned long long)big_rounds,
-	       (unsigned long long)plans,
-	       (unsigned long long)evictions);
+	       (unsigned long long)plans, (unsigned long long)evictions,
+	       (unsigned long long)id_links, (unsigned long long)aborts);
 	return 0;
 }

@@ -462,7 +462,8 @@ typedef struct ember_graph_buffer_options {
 	uint32_t reserved;
 	/* Bytes the buffer may hold: slots (partition_size x dim x 4 each), edge buckets
 	 * (12 bytes per edge) and their views (8 bytes per edge + 8 per node per bucket),
-	 * and the shuffled examples (8 bytes per edge of a state). Open fails with
+	 * and the shuffled examples (16 bytes per edge of the largest state: its
+	 * array and the next state's, built ahead). Open fails with
 	 * EMBER_ENOSPC if c slots do not fit; fewer prefetch slots are used when they
 	 * do not all fit; set_plan fails with EMBER_ENOSPC if a plan's edges do not.
 	 * 0: no limit. */

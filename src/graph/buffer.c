@@ -5,10 +5,12 @@
  * Design notes
  * ------------
  * Threads: the trainer (the caller of ember_graph_buffer_*), GRAPH_READERS readers
- * and a writer (each with a store session of its own); a reader claims queued loads
+ * and a writer (each with a store session of its own), and an updater (update.c:
+ * asynchronous updates, the next state's examples); a reader claims queued loads
  * under the lock, so two never take the same one. One mutex (mu) guards every slot
- * and bucket-entry field except the data arrays; three condition variables wake the
- * reader (cv_reader), the writer (cv_writer) and whoever waits for I/O (cv_done).
+ * and bucket-entry field except the data arrays; four condition variables wake the
+ * reader (cv_reader), the writer (cv_writer), the updater (cv_update) and whoever
+ * waits for I/O or an update (cv_done).
  *
  * Slot states and their transitions (each names the function that makes it):
  *
@@ -40,8 +42,9 @@
  *   5. Clean partitions are never written; dirty ones are written once per eviction
  *      (or flush), and a write's data is what the trainer left at eviction.
  *   6. Slot memory is nslots x slot_bytes, fixed at open; held buckets and the
- *      example arrays are checked against memory_budget at set_plan (the union of a
- *      state's and the next state's buckets, the peak of any two neighbours).
+ *      example arrays (two: the current state's and the next one's, built ahead)
+ *      are checked against memory_budget at set_plan (the union of a state's and
+ *      the next state's buckets, the peak of any two neighbours).
  *
  * Pipeline of next_state(k): evict what neither state k nor the states read ahead
  * for (k+1 .. k+H, H = the extra slots) hold (dirty ones go to the writer) ->

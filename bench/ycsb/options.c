@@ -62,11 +62,13 @@ static void usage(FILE *f)
 "  --load-threads N      threads for the load phase (default: the largest\n"
 "                        --threads value)\n"
 "  --seed N              random seed (default 1; printed)\n"
-"  --ember-read-cache BYTES  Ember's read cache (read_cache_memory; larger than\n"
-"                        memory it is part of the budget). Default 0: off\n"
+"  --ember-read-cache BYTES|off  Ember's read cache (read_cache_memory; larger\n"
+"                        than memory it is part of the budget). Default: a\n"
+"                        third of the budget larger than memory, else off\n"
 "  --ember-cold-cache BYTES|off  Ember's cold index entry cache\n"
-"                        (cold_cache_memory, part of the budget). Default:\n"
-"                        Ember's (a 32nd of the budget)\n"
+"                        (cold_cache_memory, part of the budget). Default: a\n"
+"                        sixth of the budget larger than memory, else Ember's\n"
+"                        own default (a 32nd of log_memory)\n"
 "  --ember-memory MODE   larger than memory, what the budget bounds in Ember:\n"
 "                        whole (default: memory_budget, the whole store, with\n"
 "                        the cold tier and compaction) or hot-log (log_memory\n"
@@ -378,7 +380,11 @@ static int parse_one(int c, const char *arg, ycsb_config *cfg, given *g, int *wa
 		cfg->index_buckets = v;
 		return 0;
 	case OPT_READ_CACHE:
-		if (parse_u64(arg, &v, BINARY_SUFFIX) < 0)
+		if (!strcmp(arg, "off")) {
+			cfg->read_cache = UINT64_MAX;
+			return 0;
+		}
+		if (parse_u64(arg, &v, BINARY_SUFFIX) < 0 || v == 0)
 			return bad("ember-read-cache", arg);
 		cfg->read_cache = v;
 		return 0;

@@ -33,7 +33,7 @@ typedef struct ycsb_config {
 	const char *dir;       /* NULL: a fresh mkdtemp directory, removed at exit */
 	uint64_t log_memory;   /* 0: Ember's default */
 	uint64_t index_buckets;
-	uint64_t read_cache; /* Ember's read_cache_memory (0: off) */
+	uint64_t read_cache; /* Ember's read_cache_memory (0: the driver's default; UINT64_MAX: off) */
 	uint64_t cold_cache; /* Ember's cold_cache_memory (0: default; UINT64_MAX: off) */
 	unsigned repeat;
 	const char *json;

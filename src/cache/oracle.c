@@ -78,10 +78,19 @@
  * trades a few fetches (a row with a known next use instead of a pinned one with
  * none) for admissions that need not wait.
  *
- * Why "never" in LRU order (docs/cache.md, "The oracle against LRU"): rows with
- * no next use in the window are equally good to Belady's rule as far as the
- * window tells; taking the least recently used of them first makes a one-batch
- * window exactly LRU, and the simulator compares longer windows with LRU and LFU.
+ * Ties go least recently used first: among rows with no next use in the window
+ * ("never") and among rows with the same next use (one bucket), the victim is the
+ * one whose last use (batch lu, then index lpos in it) is oldest: the order LRU
+ * keeps. That makes a one-batch window exactly LRU, and any window never worse
+ * than LRU on any trace (nothing pinned; docs/cache.md, "The oracle against LRU
+ * and LFU"): LRU (batch semantics, as sim.c) holds row r at batch t iff fewer
+ * than `capacity` other rows were used more recently than r's last use s. If
+ * the oracle evicts r while planning some u in (s, t), its slots are full, and
+ * each other row it holds, and the row admitted, was used more recently than r:
+ * rows of u; rows with a known next use, which is before t (either r's next use
+ * t is unknown, beyond every known one, or r is the farthest, ties going least
+ * recent first); rows in "never" behind r. That is `capacity` rows, so LRU
+ * misses r at t too: every LRU hit is an oracle hit.
  *
  * Invariants (checked by oracle_check):
  *   I1. At most `capacity` rows have a slot (slots >= nused were never used);
@@ -140,10 +149,22 @@ struct oslot {
 	uint32_t gen;   /* changes whenever the slot's key changes (I5) */
 	uint32_t key;   /* bucket: next use batch, or ORACLE_NONE ("never") */
 	uint32_t lu;    /* last planned use (I4), ORACLE_NONE before the first */
-	uint32_t nextb; /* next slot in its finite bucket's stack */
+	uint32_t lpos;  /* the row's index in batch lu's uniq[]: (lu, lpos) orders
+			   rows by recency, as LRU does (B1) */
+	uint32_t nextb; /* next slot in its finite bucket's list */
 	uint32_t npos;  /* key finite: the row's index in batch key's uniq[] (I7) */
-	uint32_t table;
-	uint64_t row;
+	uint64_t tr;    /* the row: table << 48 | row (rows < 2^48, tables < 2^16) */
+};
+
+#define TR(table, row) ((uint64_t)(table) << 48 | (row))
+#define TR_TABLE(tr) ((uint32_t)((tr) >> 48))
+#define TR_ROW(tr) ((tr) & (((uint64_t)1 << 48) - 1))
+
+/* A row linking moves from "never" to a bucket: its recency key (lu, lpos). */
+struct omove {
+	uint64_t key;
+	uint32_t slot;
+	uint32_t pad_;
 };
 
 /* Zeroed memory; regions of BIG_MIN bytes or more are their own mapping, aligned
@@ -178,6 +199,7 @@ struct oracle {
 	uint32_t hi; /* highest finite bucket that may be non-empty */
 	struct urow *lk_uniq;      /* oracle_link_begin's uniq[] (writable), and */
 	uint32_t lk_max;           /* its size */
+	struct omove *mv, *mv_tmp; /* [capacity]: link's moves out of "never", sorted */
 	uint32_t sc_q, sc_prev;    /* pass 2's scan for unpinned rows: the bucket, and
 				      the last pinned entry passed in it (ORACLE_NONE:
 				      none yet); sc_q <= the batch planned: done */
@@ -245,8 +267,8 @@ static void big_free(struct bigmem *m)
 int oracle_create(struct oracle **out, uint32_t ntables, const uint64_t *rows,
 		  uint64_t capacity, uint32_t ring)
 {
-	if (!out || ntables == 0 || !rows || capacity == 0 || capacity > ORACLE_MAX_BATCHES ||
-	    ring == 0)
+	if (!out || ntables == 0 || ntables > 65535 || !rows || capacity == 0 ||
+	    capacity > ORACLE_MAX_BATCHES || ring == 0)
 		return EMBER_EINVAL;
 	/* bucket and batch ring indices by mask, not by a division per row: any
 	 * size >= ring keeps the keys [planned, linked) apart */
@@ -275,11 +297,14 @@ int oracle_create(struct oracle **out, uint32_t ntables, const uint64_t *rows,
 	o->pending = em_zalloc((size_t)rsz * sizeof(*o->pending));
 	o->never_cap = (uint32_t)(2 * capacity + 1 > UINT32_MAX ? UINT32_MAX : 2 * capacity + 1);
 	o->never = em_alloc((size_t)o->never_cap * sizeof(uint64_t));
-	if (!o->rows || !o->rowst || !o->head || !o->tail || !o->lkp || !o->pending || !o->never)
+	o->mv = em_alloc(capacity * sizeof(struct omove));
+	o->mv_tmp = em_alloc(capacity * sizeof(struct omove));
+	if (!o->rows || !o->rowst || !o->head || !o->tail || !o->lkp || !o->pending || !o->never ||
+	    !o->mv || !o->mv_tmp)
 		goto undo_alloc;
 	uint64_t total = 0;
 	for (uint32_t t = 0; t < ntables; t++) {
-		if (rows[t] == 0) {
+		if (rows[t] == 0 || rows[t] > (uint64_t)1 << 48) {
 			rc = EMBER_EINVAL;
 			goto undo_alloc;
 		}
@@ -323,6 +348,8 @@ void oracle_destroy(struct oracle *o)
 	em_free(o->lkp, 0);
 	em_free(o->pending, 0);
 	em_free(o->never, 0);
+	em_free(o->mv, 0);
+	em_free(o->mv_tmp, 0);
 	em_free(o, sizeof(*o));
 }
 
@@ -380,6 +407,43 @@ static inline void prefetch_prev(const struct oracle *o, uint64_t w)
 		__builtin_prefetch(&o->slot[(uint32_t)w - 1], 1);
 }
 
+/* Sort a[0..n) by key (LSD radix, 8 bits a pass; passes whose digit is the same
+ * in every key are skipped: keys of nearby batches share their high bytes). */
+static struct omove *sort_moves(struct omove *a, struct omove *tmp, uint32_t n)
+{
+	if (n <= 32) { /* insertion sort */
+		for (uint32_t i = 1; i < n; i++) {
+			struct omove x = a[i];
+			uint32_t j = i;
+			for (; j > 0 && a[j - 1].key > x.key; j--)
+				a[j] = a[j - 1];
+			a[j] = x;
+		}
+		return a;
+	}
+	uint32_t cnt[8][256];
+	memset(cnt, 0, sizeof(cnt));
+	for (uint32_t i = 0; i < n; i++)
+		for (int d = 0; d < 8; d++)
+			cnt[d][(a[i].key >> (8 * d)) & 0xff]++;
+	for (int d = 0; d < 8; d++) {
+		if (cnt[d][(a[0].key >> (8 * d)) & 0xff] == n)
+			continue; /* one digit value: the pass would not move anything */
+		uint32_t at = 0;
+		for (int v = 0; v < 256; v++) {
+			uint32_t c = cnt[d][v];
+			cnt[d][v] = at;
+			at += c;
+		}
+		for (uint32_t i = 0; i < n; i++)
+			tmp[cnt[d][(a[i].key >> (8 * d)) & 0xff]++] = a[i];
+		struct omove *t = a;
+		a = tmp;
+		tmp = t;
+	}
+	return a;
+}
+
 /* Pass B of linking (see the design notes): the old words in link_prev(b). */
 static void link_finish(struct oracle *o, struct obatch *b)
 {
@@ -387,6 +451,7 @@ static void link_finish(struct oracle *o, struct obatch *b)
 	const uint64_t *prev = link_prev(b);
 	o->pending[q & o->rmask] = b;
 	o->lkp[q & o->rmask] = o->planned; /* B1: bucket q is empty until now */
+	uint32_t nmv = 0;
 	for (uint32_t k = 0; k < b->nuniq; k++) {
 		if (k + PF_AHEAD < b->nuniq)
 			prefetch_prev(o, prev[k + PF_AHEAD]);
@@ -404,15 +469,21 @@ static void link_finish(struct oracle *o, struct obatch *b)
 			uint32_t s = (uint32_t)w - 1;
 			struct oslot *v = &o->slot[s];
 			const struct urow *u = &b->uniq[k];
-			if (v->row == u->row && v->table == u->table) {
+			if (v->tr == TR(u->table, u->row)) {
 				/* resident, last use planned, next use unknown until now:
-				 * leave "never" (its entry goes stale) for bucket q */
-				bucket_push(o, s, q);
+				 * it leaves "never" for bucket q, below */
 				v->npos = k;
 				b->slot[k] = s;
+				o->mv[nmv++] = (struct omove){.key = (uint64_t)v->lu << 32 | v->lpos,
+							      .slot = s};
 			}
 		}
 	}
+	/* B1: they join bucket q least recently used first (their "never" entries go
+	 * stale); at most nuniq <= capacity of them */
+	const struct omove *mv = sort_moves(o->mv, o->mv_tmp, nmv);
+	for (uint32_t i = 0; i < nmv; i++)
+		bucket_push(o, mv[i].slot, q);
 	o->linked = q + 1;
 }
 
@@ -445,42 +516,40 @@ int oracle_link_part(struct oracle *o, struct obatch *b, uint32_t table, size_t 
 		     const uint64_t *rows, uint32_t *luidx, uint64_t *ids)
 {
 	uint64_t *ws = o->rowst[table];
-	uint64_t nrows = o->rows[table];
+	const uint64_t nrows = o->rows[table];
 	uint64_t *prev = link_prev(b);
 	struct urow *uniq = o->lk_uniq;
-	uint32_t nu = b->nuniq, max = o->lk_max, q1 = b->seq + 1;
-	uint64_t tag = (uint64_t)q1 << 32;
+	uint32_t nu = b->nuniq;
+	const uint32_t max = o->lk_max, q1 = b->seq + 1;
+	const uint64_t tag = (uint64_t)q1 << 32;
 	int rc = 0;
+	if (ids) /* the copy first: a tight loop, and the main one keeps its registers */
+		for (size_t j = 0; j < n; j++)
+			STORE_NT64(&ids[j], rows[j]);
 	for (size_t i = 0; i < n; i++) {
 		if (i + PF_IDS < n && rows[i + PF_IDS] < nrows) /* overlap the words' misses */
 			__builtin_prefetch(&ws[rows[i + PF_IDS]], 1);
-		uint64_t r = rows[i];
+		const uint64_t r = rows[i];
 		if (r >= nrows) {
 			rc = EMBER_EINVAL;
 			break;
 		}
-		if (ids)
-			STORE_NT64(&ids[i], r);
-		uint64_t w = ws[r];
-		uint32_t dup = (uint32_t)(w >> 32) == q1;
-		if (nu == max) { /* full: only duplicates may follow */
-			if (!dup) {
-				rc = EMBER_ETOOBIG;
-				break;
-			}
+		const uint64_t w = ws[r];
+		if ((uint32_t)(w >> 32) == q1) { /* a duplicate within the batch */
 			STORE_NT32(&luidx[i], (uint32_t)w);
 			continue;
 		}
-		/* without a branch on dup (duplicates and new rows mix at random): a
-		 * duplicate writes entry nu too, and the next new row overwrites it */
-		uint32_t pos = dup ? (uint32_t)w : nu;
+		/* new to the batch (a branch: measured faster than writing entry nu
+		 * for every id without one) */
+		if (nu == max) {
+			rc = EMBER_ETOOBIG;
+			break;
+		}
 		prev[nu] = w;
-		uniq[nu].table = table;
-		uniq[nu].pad_ = 0;
-		uniq[nu].row = r;
-		ws[r] = tag | pos;
-		STORE_NT32(&luidx[i], pos);
-		nu += !dup;
+		uniq[nu] = (struct urow){.table = table, .row = r};
+		ws[r] = tag | nu;
+		STORE_NT32(&luidx[i], nu);
+		nu++;
 	}
 	STORE_FENCE(); /* the streaming stores are weakly ordered: complete them before
 			  the caller publishes the batch to another thread */
@@ -613,16 +682,15 @@ void oracle_plan(struct oracle *o, struct obatch *b, uint32_t pinned)
 			s = pop_victim(o, p, pinned, &budget);
 			/* the caller guarantees nuniq <= capacity, so a victim exists */
 			struct oslot *v = &o->slot[s];
-			mi->vtable = v->table;
-			mi->vrow = v->row;
+			mi->vtable = TR_TABLE(v->tr);
+			mi->vrow = TR_ROW(v->tr);
 			mi->vlast = v->lu;
 			if (v->key != ORACLE_NONE) /* I7: its next occurrence will miss */
 				o->pending[v->key & o->rmask]->slot[v->npos] = ORACLE_NONE;
 			v->gen++;
 			v->key = ORACLE_NONE;
 		}
-		o->slot[s].table = u->table;
-		o->slot[s].row = u->row;
+		o->slot[s].tr = TR(u->table, u->row);
 		mi->slot = s;
 		b->slot[mi->uidx] = s;
 	}
@@ -639,6 +707,7 @@ void oracle_plan(struct oracle *o, struct obatch *b, uint32_t pinned)
 		uint32_t s = b->slot[k];
 		const struct onext nx = b->next[k];
 		o->slot[s].lu = p;
+		o->slot[s].lpos = k;
 		if (nx.seq == ORACLE_NONE) {
 			never_push(o, s);
 			o->rowst[b->uniq[k].table][b->uniq[k].row] = (uint64_t)s + 1;
@@ -683,12 +752,14 @@ static int check(const struct oracle *o, uint8_t *held)
 	/* I1: owners in range and distinct; each owner's word */
 	for (uint32_t s = 0; s < o->nused; s++) {
 		const struct oslot *v = &o->slot[s];
-		if (v->table >= o->ntables || v->row >= o->rows[v->table])
+		uint32_t vt = TR_TABLE(v->tr);
+		uint64_t vr = TR_ROW(v->tr);
+		if (vt >= o->ntables || vr >= o->rows[vt])
 			return -__LINE__;
-		uint64_t g = (uint64_t)(o->rowst[v->table] - o->rowst[0]) + v->row;
+		uint64_t g = (uint64_t)(o->rowst[vt] - o->rowst[0]) + vr;
 		if (held[g]++)
 			return -__LINE__;
-		uint64_t w = o->rowst[v->table][v->row];
+		uint64_t w = o->rowst[vt][vr];
 		if (!W_IS_OCC(w)) {
 			if (w != (uint64_t)s + 1 || v->key != ORACLE_NONE)
 				return -__LINE__;
@@ -731,31 +802,33 @@ static int check(const struct oracle *o, uint8_t *held)
 		}
 	}
 	/* I7 the other way, I2, I3: each used slot in exactly one place */
-	uint64_t placed = 0;
+	uint64_t placed = 0, placed_never = 0;
 	for (uint32_t q = o->planned; q < o->linked; q++) {
 		uint32_t n = 0;
 		const struct obatch *b = o->pending[q & o->rmask];
-		uint32_t last = ORACLE_NONE, lkp = o->lkp[q & o->rmask], lu = 0, planned_seen = 0;
+		uint32_t last = ORACLE_NONE, lkp = o->lkp[q & o->rmask];
+		uint64_t rec = 0;
 		for (uint32_t s = o->head[q & o->rmask]; s != ORACLE_NONE; s = o->slot[s].nextb) {
 			const struct oslot *v = &o->slot[s];
 			if (s >= o->nused || v->key != q || ++n > o->capacity)
 				return -__LINE__;
-			/* B1: linked rows (lu < lkp) first, then planned ones by lu */
-			if (v->lu < lkp ? planned_seen : planned_seen && v->lu < lu)
+			/* B1: least recently used first; linked rows (lu < lkp) before
+			 * the rows plans placed */
+			uint64_t r = (uint64_t)v->lu << 32 | v->lpos;
+			if ((last != ORACLE_NONE && r <= rec) ||
+			    (last != ORACLE_NONE && v->lu < lkp && o->slot[last].lu >= lkp))
 				return -__LINE__;
-			if (v->lu >= lkp) {
-				planned_seen = 1;
-				lu = v->lu;
-			}
+			rec = r;
 			last = s;
 			if (v->npos >= b->nuniq || b->slot[v->npos] != s ||
-			    b->uniq[v->npos].table != v->table || b->uniq[v->npos].row != v->row)
+			    TR(b->uniq[v->npos].table, b->uniq[v->npos].row) != v->tr)
 				return -__LINE__;
 		}
 		if (o->tail[q & o->rmask] != last)
 			return -__LINE__;
 		placed += n;
 	}
+	uint64_t rec = 0;
 	for (uint32_t i = o->never_head; i < o->never_n; i++) {
 		uint64_t e = o->never[i];
 		const struct oslot *v = &o->slot[(uint32_t)e];
@@ -763,6 +836,10 @@ static int check(const struct oracle *o, uint8_t *held)
 			continue;
 		if ((uint32_t)e >= o->nused || v->key != ORACLE_NONE)
 			return -__LINE__;
+		uint64_t r = (uint64_t)v->lu << 32 | v->lpos; /* least recently used first */
+		if (placed_never++ && r <= rec)
+			return -__LINE__;
+		rec = r;
 		placed++;
 	}
 	if (placed != o->nused)

@@ -12,8 +12,9 @@
  *     shadow's last use of that slot (< the batch);
  *   - Belady's rule with the window's knowledge: each victim's next use (within
  *     the linked batches; none = infinitely far) is the farthest among the rows
- *     still evictable, and among rows with no next use it is the least recently
- *     used;
+ *     still evictable, and among rows with that next use (none, or one batch) it
+ *     is the least recently used (by last use, then index in that batch: LRU's
+ *     order, which the proof in docs/cache.md needs);
  *   - half the plans run with pinned rows (last used by a recent batch, as if not
  *     released): then a pinned victim is only taken when every row with no next
  *     use is pinned too (Belady's rule is not checked for those plans).
@@ -130,7 +131,8 @@ static void link_ids(struct oracle *o, struct tb *e, const uint64_t *rows, uint3
 static void plan_and_check(struct oracle *o, struct tb *b, uint32_t p, uint32_t pinned,
 			   uint32_t linked,
 			   const uint64_t *base, uint64_t total, uint64_t cap, uint32_t *owner,
-			   uint32_t *lastuse, uint32_t *slot_of, uint32_t *inbatch, uint32_t *nu,
+			   uint32_t *lastuse, uint32_t *lastpos, uint32_t *slot_of, uint32_t *inbatch,
+			   uint32_t *nu,
 			   uint32_t *cand)
 {
 	/* what the plan may know: next uses within the batches linked */
@@ -188,9 +190,11 @@ static void plan_and_check(struct oracle *o, struct tb *b, uint32_t p, uint32_t 
 				slot_of[g] = s;
 				continue;
 			}
-			/* the farthest next use among the candidates left; ties at
-			 * "never": the least recently used */
-			uint32_t best = 0, lru = INF;
+			/* the farthest next use among the candidates left; ties (at
+			 * "never" or at one batch): the least recently used, by last use
+			 * and position in that batch, as LRU orders rows */
+			uint32_t best = 0;
+			uint64_t lru = UINT64_MAX;
 			for (uint32_t i = 0; i < ncand; i++) {
 				uint32_t c = cand[i];
 				if (c == INF)
@@ -199,15 +203,17 @@ static void plan_and_check(struct oracle *o, struct tb *b, uint32_t p, uint32_t 
 				if (x > best)
 					best = x;
 			}
-			for (uint32_t i = 0; i < ncand; i++)
-				if (cand[i] != INF && nu[owner[cand[i]]] == INF &&
-				    lastuse[cand[i]] < lru)
-					lru = lastuse[cand[i]];
+			for (uint32_t i = 0; i < ncand; i++) {
+				uint32_t c = cand[i];
+				uint64_t rec = c == INF ? 0 : (uint64_t)lastuse[c] << 32 | lastpos[c];
+				if (c != INF && nu[owner[c]] == best && rec < lru)
+					lru = rec;
+			}
 			CHECK(nu[v] == best, "batch %u: victim next use %u, farthest %u", p, nu[v],
 			      best);
-			if (best == INF)
-				CHECK(lastuse[s] == lru, "batch %u: victim last used %u, LRU %u", p,
-				      lastuse[s], lru);
+			CHECK(((uint64_t)lastuse[s] << 32 | lastpos[s]) == lru,
+			      "batch %u: victim last used %u at %u, not the least recently used of "
+			      "those with next use %u", p, lastuse[s], lastpos[s], best);
 			for (uint32_t i = 0; i < ncand; i++)
 				if (cand[i] == s)
 					cand[i] = INF;
@@ -221,6 +227,7 @@ static void plan_and_check(struct oracle *o, struct tb *b, uint32_t p, uint32_t 
 		for (uint32_t j = 0; j < k; j++)
 			CHECK(ob->slot[j] != ob->slot[k], "two rows of batch %u in one slot", p);
 		lastuse[ob->slot[k]] = p;
+		lastpos[ob->slot[k]] = k;
 	}
 }
 
@@ -277,11 +284,12 @@ int main(int argc, char **argv)
 		/* shadow cache */
 		uint32_t *owner = malloc(cap * sizeof(uint32_t)); /* global row or INF */
 		uint32_t *lastuse = malloc(cap * sizeof(uint32_t));
+		uint32_t *lastpos = malloc(cap * sizeof(uint32_t)); /* index in that batch */
 		uint32_t *slot_of = malloc(total * sizeof(uint32_t));
 		uint32_t *inbatch = calloc(total, sizeof(uint32_t));
 		uint32_t *nu = malloc(total * sizeof(uint32_t));   /* next use, this plan */
 		uint32_t *cand = malloc(cap * sizeof(uint32_t));
-		CHECK(owner && lastuse && slot_of && inbatch && nu && cand, "malloc");
+		CHECK(owner && lastuse && lastpos && slot_of && inbatch && nu && cand, "malloc");
 		memset(owner, 0xff, cap * sizeof(uint32_t));
 		memset(slot_of, 0xff, total * sizeof(uint32_t));
 		uint32_t linked = 0, planned = 0;
@@ -302,7 +310,7 @@ int main(int argc, char **argv)
 				uint32_t pin = tu_rng_chance(rng, 1, 2) ? ORACLE_NONE
 						: planned - (uint32_t)tu_rng_below(rng, planned < 4 ? planned + 1 : 4);
 				plan_and_check(o, b, planned, pin, linked, base, total, cap, owner,
-					       lastuse, slot_of, inbatch, nu, cand);
+					       lastuse, lastpos, slot_of, inbatch, nu, cand);
 				planned++;
 			}
 			int rc = oracle_check(o);
@@ -325,6 +333,7 @@ int main(int argc, char **argv)
 		free(stamp);
 		free(owner);
 		free(lastuse);
+		free(lastpos);
 		free(slot_of);
 		free(inbatch);
 		free(nu);

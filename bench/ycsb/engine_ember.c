@@ -93,16 +93,25 @@ static int ee_open(const ycsb_engine_params *p, void **db, char *settings, size_
 	 * budget for the read cache and a sixth for the entry cache (the split that
 	 * measured best for YCSB A, B and C at 2M x 100 B in 24 MiB: bench/README.md) */
 	int split = p->bounded && !p->hot_log_only;
-	uint64_t rc_mem = p->read_cache == UINT64_MAX ? 0
-			  : p->read_cache		? p->read_cache
-			  : split			? p->mem_budget / 3 / opts.page_size * opts.page_size
-							: 0;
-	if (!p->read_cache && rc_mem < 8 * (uint64_t)opts.page_size)
-		rc_mem = 0; /* a default too small for the cache's 8 pages: off */
-	opts.read_cache_memory = rc_mem;
-	opts.cold_cache_memory = p->cold_cache ? p->cold_cache /* UINT64_MAX: EMBER_COLD_CACHE_OFF */
-				 : split       ? p->mem_budget / 6
-					       : 0;
+	uint64_t page = opts.page_size, rc_mem = 0, cc_mem = 0;
+	if (split) {
+		/* what the store needs besides the caches (docs/compaction.md 4.5): the
+		 * index, the cold table, the cold and chunk rings and 8 hot pages; a
+		 * default cache only takes what is left */
+		uint64_t cold = p->mem_budget / 8 / page * page, chunk = p->mem_budget / 16 / page * page;
+		uint64_t need = pow2_ceil(opts.index_buckets) * 64 + opts.cold_index_chunks * 8 +
+				(cold > 8 * page ? cold : 8 * page) + (chunk > 8 * page ? chunk : 8 * page) +
+				8 * page;
+		uint64_t left = p->mem_budget > need ? p->mem_budget - need : 0;
+		cc_mem = p->mem_budget / 6 <= left ? p->mem_budget / 6 : 0;
+		left -= cc_mem;
+		rc_mem = (p->mem_budget / 3 < left ? p->mem_budget / 3 : left) / page * page;
+		if (rc_mem < 8 * page)
+			rc_mem = 0; /* too small for the cache's 8 pages: off */
+	}
+	opts.read_cache_memory = p->read_cache == UINT64_MAX ? 0 : p->read_cache ? p->read_cache : rc_mem;
+	/* UINT64_MAX is EMBER_COLD_CACHE_OFF; 0 leaves Ember's own default */
+	opts.cold_cache_memory = p->cold_cache ? p->cold_cache : cc_mem;
 	opts.flags |= EMBER_OPEN_TRUNCATE; /* the driver hands us a fresh directory */
 	rc = ember_open(p->dir, &opts, &edb);
 	if (rc < 0)

@@ -336,6 +336,8 @@ static int cmd_stats(struct ctx *c, int argc, char **argv)
 	printf("indexes:\n");
 	stat_line("hot index bytes", st.index_bytes);
 	stat_line("cold index bytes", st.cold_index_bytes);
+	stat_line("cold entry cache hits", st.cold_cache_hits);
+	stat_line("cold entry cache bytes", st.cold_cache_bytes);
 	stat_line("chunk log bytes on disk", st.chunk_log_bytes_disk);
 	printf("since open:\n");
 	stat_line("user reads", st.user_reads);

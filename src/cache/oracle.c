@@ -151,8 +151,8 @@ struct oslot {
 	uint32_t lu;    /* last planned use (I4), ORACLE_NONE before the first */
 	uint32_t lpos;  /* the row's index in batch lu's uniq[]: (lu, lpos) orders
 			   rows by recency, as LRU does (B1) */
-	uint32_t nextb; /* next slot in its finite bucket's list */
 	uint32_t npos;  /* key finite: the row's index in batch key's uniq[] (I7) */
+	uint32_t pad_;
 	uint64_t tr;    /* the row: table << 48 | row (rows < 2^48, tables < 2^16) */
 };
 
@@ -186,6 +186,10 @@ struct oracle {
 	uint32_t capacity;
 	uint32_t nused; /* slots handed out so far; slots >= nused were never used */
 	struct oslot *slot;
+	uint32_t *nextb;           /* [capacity]: next slot in its bucket's list (apart
+				      from the slots: walking a list stays in a compact
+				      array, and the slots it reaches can be prefetched) */
+	struct bigmem nextb_mem;
 	uint32_t ring;
 	uint32_t rmask;            /* ring rounded up to a power of two, minus 1 */
 	uint32_t *head;            /* [rmask + 1]: first of each finite bucket's list */
@@ -203,12 +207,18 @@ struct oracle {
 	uint32_t sc_q, sc_prev;    /* pass 2's scan for unpinned rows: the bucket, and
 				      the last pinned entry passed in it (ORACLE_NONE:
 				      none yet); sc_q <= the batch planned: done */
+	uint32_t sc_pf, sc_fresh;  /* the entry SC_AHEAD behind the scan's (its slot
+				      prefetched), or NONE; 1: not set for this bucket */
 };
 
 /* How far ahead the walks over a batch's rows prefetch their random accesses. */
 #define PF_AHEAD 16
-/* How far ahead oracle_link_part prefetches the word of an id. */
+/* How far ahead of pass 2's scan of a bucket list its slots are prefetched. */
+#define SC_AHEAD 16
+/* How far ahead oracle_link_part prefetches the word of an id, in tables of at
+ * least PF_MIN_ROWS rows (2 MiB of words; smaller ones stay in the CPU cache). */
 #define PF_IDS 16
+#define PF_MIN_ROWS ((uint64_t)1 << 18)
 
 /* oracle_link_part's per-id outputs (luidx, the ids' copy) are read again only
  * when the batch is planned or trained, a window later: streaming stores write
@@ -291,6 +301,9 @@ int oracle_create(struct oracle **out, uint32_t ntables, const uint64_t *rows,
 	if (big_zalloc(&o->slot_mem, capacity * sizeof(struct oslot)) < 0)
 		goto undo_alloc;
 	o->slot = o->slot_mem.p;
+	if (big_zalloc(&o->nextb_mem, capacity * sizeof(uint32_t)) < 0)
+		goto undo_alloc;
+	o->nextb = o->nextb_mem.p;
 	o->head = em_alloc((size_t)rsz * sizeof(uint32_t));
 	o->tail = em_alloc((size_t)rsz * sizeof(uint32_t));
 	o->lkp = em_zalloc((size_t)rsz * sizeof(uint32_t));
@@ -325,7 +338,7 @@ int oracle_create(struct oracle **out, uint32_t ntables, const uint64_t *rows,
 	for (uint64_t s = 0; s < capacity; s++) {
 		o->slot[s].key = ORACLE_NONE;
 		o->slot[s].lu = ORACLE_NONE;
-		o->slot[s].nextb = ORACLE_NONE;
+		o->nextb[s] = ORACLE_NONE;
 	}
 	*out = o;
 	return 0;
@@ -341,6 +354,7 @@ void oracle_destroy(struct oracle *o)
 		return;
 	big_free(&o->rowst_mem);
 	big_free(&o->slot_mem);
+	big_free(&o->nextb_mem);
 	em_free(o->rows, 0);
 	em_free(o->rowst, 0);
 	em_free(o->head, 0);
@@ -359,11 +373,11 @@ static inline void bucket_push(struct oracle *o, uint32_t s, uint32_t q)
 	uint32_t i = q & o->rmask;
 	o->slot[s].key = q;
 	o->slot[s].gen++;
-	o->slot[s].nextb = ORACLE_NONE;
+	o->nextb[s] = ORACLE_NONE;
 	if (o->tail[i] == ORACLE_NONE)
 		o->head[i] = s;
 	else
-		o->slot[o->tail[i]].nextb = s;
+		o->nextb[o->tail[i]] = s;
 	o->tail[i] = s;
 	if (q > o->hi)
 		o->hi = q;
@@ -512,22 +526,19 @@ void oracle_link_begin(struct oracle *o, struct obatch *b, struct urow *uniq, ui
 	o->lk_max = max_uniq;
 }
 
-int oracle_link_part(struct oracle *o, struct obatch *b, uint32_t table, size_t n,
-		     const uint64_t *rows, uint32_t *luidx, uint64_t *ids)
+/* oracle_link_part's loop over the ids; pf: prefetch the words ahead (a constant
+ * in each call, so the compiler makes two loops: a small table's words stay in the
+ * CPU cache, and prefetching them only costs instructions). */
+static inline __attribute__((always_inline)) int
+link_ids(uint64_t *ws, uint64_t nrows, uint64_t *prev, struct urow *uniq, uint32_t *nup,
+	 uint32_t max, uint32_t q1, uint32_t table, size_t n, const uint64_t *rows,
+	 uint32_t *luidx, int pf)
 {
-	uint64_t *ws = o->rowst[table];
-	const uint64_t nrows = o->rows[table];
-	uint64_t *prev = link_prev(b);
-	struct urow *uniq = o->lk_uniq;
-	uint32_t nu = b->nuniq;
-	const uint32_t max = o->lk_max, q1 = b->seq + 1;
 	const uint64_t tag = (uint64_t)q1 << 32;
+	uint32_t nu = *nup;
 	int rc = 0;
-	if (ids) /* the copy first: a tight loop, and the main one keeps its registers */
-		for (size_t j = 0; j < n; j++)
-			STORE_NT64(&ids[j], rows[j]);
 	for (size_t i = 0; i < n; i++) {
-		if (i + PF_IDS < n && rows[i + PF_IDS] < nrows) /* overlap the words' misses */
+		if (pf && i + PF_IDS < n && rows[i + PF_IDS] < nrows) /* overlap the misses */
 			__builtin_prefetch(&ws[rows[i + PF_IDS]], 1);
 		const uint64_t r = rows[i];
 		if (r >= nrows) {
@@ -551,6 +562,22 @@ int oracle_link_part(struct oracle *o, struct obatch *b, uint32_t table, size_t 
 		STORE_NT32(&luidx[i], nu);
 		nu++;
 	}
+	*nup = nu;
+	return rc;
+}
+
+int oracle_link_part(struct oracle *o, struct obatch *b, uint32_t table, size_t n,
+		     const uint64_t *rows, uint32_t *luidx, uint64_t *ids)
+{
+	if (ids) /* the copy first: a tight loop, and the main one keeps its registers */
+		for (size_t j = 0; j < n; j++)
+			STORE_NT64(&ids[j], rows[j]);
+	uint32_t nu = b->nuniq;
+	int rc = o->rows[table] >= PF_MIN_ROWS
+			 ? link_ids(o->rowst[table], o->rows[table], link_prev(b), o->lk_uniq, &nu,
+				    o->lk_max, b->seq + 1, table, n, rows, luidx, 1)
+			 : link_ids(o->rowst[table], o->rows[table], link_prev(b), o->lk_uniq, &nu,
+				    o->lk_max, b->seq + 1, table, n, rows, luidx, 0);
 	STORE_FENCE(); /* the streaming stores are weakly ordered: complete them before
 			  the caller publishes the batch to another thread */
 	b->nuniq = nu;
@@ -594,19 +621,32 @@ static uint32_t pop_victim(struct oracle *o, uint32_t p, uint32_t pinned, uint64
 	 * so for the plan; pass 2 adds no bucket entries) */
 	while (o->sc_q > p && *budget > 0) {
 		uint32_t q = o->sc_q, i = q & o->rmask;
-		uint32_t *link = o->sc_prev == ORACLE_NONE ? &o->head[i] : &o->slot[o->sc_prev].nextb;
+		uint32_t *link = o->sc_prev == ORACLE_NONE ? &o->head[i] : &o->nextb[o->sc_prev];
 		uint32_t s = *link;
 		if (s == ORACLE_NONE) {
 			if (o->sc_prev == ORACLE_NONE && q == o->hi)
 				o->hi = q - 1; /* the top bucket is empty: never scan it again */
 			o->sc_q = q - 1;
 			o->sc_prev = ORACLE_NONE;
+			o->sc_fresh = 1;
 			continue;
+		}
+		/* the slots the next victims will be read from: keep them in flight */
+		if (o->sc_fresh) {
+			uint32_t x = s;
+			for (int d = 0; d < SC_AHEAD && x != ORACLE_NONE; d++)
+				if ((x = o->nextb[x]) != ORACLE_NONE)
+					__builtin_prefetch(&o->slot[x], 1);
+			o->sc_pf = x;
+			o->sc_fresh = 0;
+		} else if (o->sc_pf != ORACLE_NONE &&
+			   (o->sc_pf = o->nextb[o->sc_pf]) != ORACLE_NONE) {
+			__builtin_prefetch(&o->slot[o->sc_pf], 1);
 		}
 		(*budget)--;
 		const struct oslot *v = &o->slot[s];
 		if (v->lu < pinned || pinned == ORACLE_NONE) {
-			*link = v->nextb;
+			*link = o->nextb[s];
 			if (o->tail[i] == s)
 				o->tail[i] = o->sc_prev;
 			return s;
@@ -616,6 +656,7 @@ static uint32_t pop_victim(struct oracle *o, uint32_t p, uint32_t pinned, uint64
 			 * placed by the same or later plans, pinned too */
 			o->sc_q = q - 1;
 			o->sc_prev = ORACLE_NONE;
+			o->sc_fresh = 1;
 			continue;
 		}
 		o->sc_prev = s;
@@ -628,7 +669,7 @@ static uint32_t pop_victim(struct oracle *o, uint32_t p, uint32_t pinned, uint64
 		uint32_t *h = &o->head[q & o->rmask];
 		if (*h != ORACLE_NONE) {
 			uint32_t s = *h;
-			*h = o->slot[s].nextb;
+			*h = o->nextb[s];
 			if (*h == ORACLE_NONE)
 				o->tail[q & o->rmask] = ORACLE_NONE;
 			o->hi = q;
@@ -657,6 +698,7 @@ void oracle_plan(struct oracle *o, struct obatch *b, uint32_t pinned)
 	uint64_t budget = (uint64_t)PIN_SCAN * b->nuniq + 64;
 	o->sc_q = o->hi;
 	o->sc_prev = ORACLE_NONE;
+	o->sc_fresh = 1;
 
 	/* pass 1: hits were told their slot (I7: they sit in bucket p) */
 	for (uint32_t k = 0; k < b->nuniq; k++) {
@@ -808,7 +850,7 @@ static int check(const struct oracle *o, uint8_t *held)
 		const struct obatch *b = o->pending[q & o->rmask];
 		uint32_t last = ORACLE_NONE, lkp = o->lkp[q & o->rmask];
 		uint64_t rec = 0;
-		for (uint32_t s = o->head[q & o->rmask]; s != ORACLE_NONE; s = o->slot[s].nextb) {
+		for (uint32_t s = o->head[q & o->rmask]; s != ORACLE_NONE; s = o->nextb[s]) {
 			const struct oslot *v = &o->slot[s];
 			if (s >= o->nused || v->key != q || ++n > o->capacity)
 				return -__LINE__;

@@ -24,6 +24,8 @@
  * link that must fail (a row out of range, or one distinct row more than allowed)
  * and abort it, after which the oracle must be as before (oracle_check, and every
  * later plan checked as above).
+ * One round in 64 has a table of 2^18 rows or more (the dedupe loop that
+ * prefetches the per-row words; smaller tables use the one that does not).
  * The last rounds use batches of hundreds of distinct rows, longer than the
  * distance the plan prefetches ahead, so its prefetching and split admission passes
  * (victims chosen first, per-row state written after) run on long batches too.
@@ -241,10 +243,13 @@ int main(int argc, char **argv)
 		 * prefetching walks (PF_AHEAD rows ahead) and the split admission passes
 		 * run over long batches with many misses */
 		int big = round >= rounds;
+		int huge = round % 64 == 5; /* one table of 2^18 rows or more */
 		uint32_t ntables = (uint32_t)tu_rng_range(rng, 1, 4);
 		uint64_t rows[4], base[4], total = 0;
 		for (uint32_t t = 0; t < ntables; t++) {
 			rows[t] = tu_rng_range(rng, 1, big ? 1500 : 200);
+			if (huge && t == 0) /* the id loop that prefetches (PF_MIN_ROWS) */
+				rows[t] = ((uint64_t)1 << 18) + tu_rng_below(rng, 5000);
 			base[t] = total;
 			total += rows[t];
 		}

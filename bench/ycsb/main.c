@@ -185,7 +185,9 @@ static void print_config(const ycsb_config *cfg, const char *base, int temp)
 	printf("; threads ");
 	for (unsigned i = 0; i < cfg->nthreads; i++)
 		printf("%s%u", i ? "," : "", cfg->threads[i]);
-	printf("; batch %u; repeat %u; seed %" PRIu64 "%s\n", cfg->batch, cfg->repeat, cfg->seed,
+	printf("; batch %u%s; repeat %u; seed %" PRIu64 "%s\n", cfg->batch,
+	       cfg->batch_over_updates ? " (reads batched past updates of other keys)" : "",
+	       cfg->repeat, cfg->seed,
 	       cfg->verify ? "; --verify: every value read is checked (not for timing)" : "");
 	printf("memory budget %s%s; store dir %s%s\n",
 	       cfg->log_memory ? ycsb_fmt_bytes(cfg->log_memory, b1, sizeof(b1))
@@ -268,6 +270,7 @@ static int bench_engine(session_state *st, const ycsb_engine *e, const char *bas
 				.pregen_ops = cfg->pregen, .key_size = cfg->key_size,
 				.value_size = cfg->value_size, .inserts = &inserts,
 				.verify = cfg->verify,
+				.over_updates = cfg->batch_over_updates && batch > 1,
 			};
 			ycsb_result *res = &st->results[st->nresults];
 

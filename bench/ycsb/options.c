@@ -41,6 +41,11 @@ static void usage(FILE *f)
 "  --theta X             Zipfian constant, 0 < X < 1 (default 0.99)\n"
 "  --batch K             issue reads through read batches of up to K consecutive\n"
 "                        reads (ember_get_batch) (default 1: no batching)\n"
+"  --batch-over-updates  a read batch also reaches past updates of keys it does\n"
+"                        not hold (each applied at once, in order), as K clients\n"
+"                        of one thread would; an update of a key in the batch\n"
+"                        ends it first, so every read returns what it would in\n"
+"                        order. Batch column: K+\n"
 "  --engine LIST         ember | rocksdb | lmdb | all, or a list (default ember)\n"
 "  --dir PATH            parent directory for the stores (default: a fresh\n"
 "                        mkdtemp directory under $TMPDIR or /tmp, removed at the\n"
@@ -260,7 +265,7 @@ enum {
 	OPT_WORKLOAD = 256, OPT_RECORDS, OPT_OPS, OPT_SECONDS, OPT_THREADS, OPT_VALUE_SIZE,
 	OPT_KEY_SIZE, OPT_DIST, OPT_THETA, OPT_BATCH, OPT_DIR, OPT_LOG_MEMORY,
 	OPT_INDEX_BUCKETS, OPT_READ_CACHE, OPT_COLD_CACHE, OPT_REPEAT, OPT_JSON, OPT_ENGINE, OPT_QUICK, OPT_PREGEN,
-	OPT_LOAD_THREADS, OPT_SEED, OPT_VERIFY, OPT_DISK_PROBE, OPT_PROBE_SECONDS,
+	OPT_LOAD_THREADS, OPT_SEED, OPT_VERIFY, OPT_BATCH_OVER, OPT_DISK_PROBE, OPT_PROBE_SECONDS,
 	OPT_PROBE_SIZE, OPT_LIST_ENGINES, OPT_EMBER_MEMORY, OPT_HELP,
 };
 
@@ -288,6 +293,7 @@ static const struct option long_opts[] = {
 	{ "load-threads", required_argument, NULL, OPT_LOAD_THREADS },
 	{ "seed", required_argument, NULL, OPT_SEED },
 	{ "verify", no_argument, NULL, OPT_VERIFY },
+	{ "batch-over-updates", no_argument, NULL, OPT_BATCH_OVER },
 	{ "disk-probe", no_argument, NULL, OPT_DISK_PROBE },
 	{ "probe-seconds", required_argument, NULL, OPT_PROBE_SECONDS },
 	{ "probe-size", required_argument, NULL, OPT_PROBE_SIZE },
@@ -428,6 +434,9 @@ static int parse_one(int c, const char *arg, ycsb_config *cfg, given *g, int *wa
 		return 0;
 	case OPT_VERIFY:
 		cfg->verify = 1;
+		return 0;
+	case OPT_BATCH_OVER:
+		cfg->batch_over_updates = 1;
 		return 0;
 	case OPT_EMBER_MEMORY:
 		if (strcmp(arg, "whole") == 0)

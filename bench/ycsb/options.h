@@ -30,6 +30,7 @@ typedef struct ycsb_config {
 	ycsb_dist dist;
 	double theta;
 	unsigned batch;
+	int batch_over_updates; /* read batches reach past updates of other keys */
 	const char *dir;       /* NULL: a fresh mkdtemp directory, removed at exit */
 	uint64_t log_memory;   /* 0: Ember's default */
 	uint64_t index_buckets;

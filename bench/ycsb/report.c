@@ -49,8 +49,11 @@ void ycsb_report_row(FILE *f, const ycsb_result *r)
 		snprintf(rd, sizeof(rd), "%.1f", r->read_bytes_per_op);
 		snprintf(wr, sizeof(wr), "%.1f", r->write_bytes_per_op);
 	}
-	fprintf(f, "%-8s %-2c %-12s %3u %5u %8.3f %8.2f %8.2f %8.2f %8.1f %8s %8s %8" PRIu64,
-		r->engine, r->workload, dist, r->threads, r->batch, r->mops, r->lat.p50_us,
+	char batch[16];
+
+	snprintf(batch, sizeof(batch), "%u%s", r->batch, r->over_updates ? "+" : "");
+	fprintf(f, "%-8s %-2c %-12s %3u %5s %8.3f %8.2f %8.2f %8.2f %8.1f %8s %8s %8" PRIu64,
+		r->engine, r->workload, dist, r->threads, batch, r->mops, r->lat.p50_us,
 		r->lat.p99_us, r->lat.p999_us, (double)r->peak_rss_kib / 1024.0, rd, wr,
 		r->notfound);
 	if (r->disk_reads_per_s > 0) {
@@ -75,7 +78,9 @@ void ycsb_report_notes(FILE *f, int any_batch, int rss_per_run, int any_wraps,
 		   "kinds together (per kind in the JSON).\n", YCSB_SAMPLE_EVERY);
 	if (any_batch)
 		fprintf(f, "With --batch K, one sample is a whole read batch (up to K consecutive\n"
-			   "reads), timed 1 batch in 64/K (every batch when K >= 64).\n");
+			   "reads), timed 1 batch in 64/K (every batch when K >= 64). K+: the\n"
+			   "batch also reached past updates of other keys (--batch-over-updates),\n"
+			   "each applied at once and timed on its own.\n");
 	if (any_wraps)
 		fprintf(f, "Timed runs outlasted their pre-generated arrays and cycled them\n"
 			   "(array_wraps in the JSON; raise --pregen to avoid it).\n");
@@ -132,12 +137,12 @@ static void json_run(FILE *f, const ycsb_result *r)
 	fprintf(f, ", \"dist\": ");
 	json_str(f, ycsb_dist_name(r->dist));
 	fprintf(f,
-		", \"theta\": %.4f, \"threads\": %u, \"batch\": %u,\n"
+		", \"theta\": %.4f, \"threads\": %u, \"batch\": %u, \"batch_over_updates\": %s,\n"
 		"     \"records\": %" PRIu64 ", \"key_count\": %" PRIu64
 		", \"key_size\": %zu, \"value_size\": %zu, \"load_seconds\": %.3f,\n"
 		"     \"ops\": %" PRIu64 ", \"seconds\": %.4f, \"mops\": %.4f, \"repeats\": %u, "
 		"\"mops_runs\": [",
-		r->theta, r->threads, r->batch, r->records, r->key_count, r->key_size,
+		r->theta, r->threads, r->batch, r->over_updates ? "true" : "false", r->records, r->key_count, r->key_size,
 		r->value_size, r->load_seconds, r->ops, r->seconds, r->mops, r->repeats);
 	for (unsigned i = 0; i < r->repeats; i++)
 		fprintf(f, "%s%.4f", i ? ", " : "", r->mops_runs[i]);

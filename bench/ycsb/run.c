@@ -40,6 +40,8 @@ typedef struct worker {
 	uint64_t *ops;
 	uint64_t nops;
 	unsigned char *key_mem;   /* batch keys of key_size bytes */
+	unsigned char *ukey;      /* the key of an update run inside a read batch */
+	uint64_t usamples;        /* such updates, for 1-in-64 latency sampling */
 	unsigned char *val;       /* value_size bytes, written by updates and inserts */
 	unsigned char *read_mem;  /* batch read buffers of value_size + READ_SLACK */
 	const void **keys;
@@ -67,6 +69,7 @@ static void worker_free(worker *w)
 {
 	free(w->ops);
 	free(w->key_mem);
+	free(w->ukey);
 	free(w->val);
 	free(w->read_mem);
 	free(w->keys);
@@ -93,6 +96,7 @@ static int worker_buffers(worker *w, unsigned batch, size_t key_size, size_t val
 	size_t cap = value_size + READ_SLACK;
 
 	w->key_mem = calloc(batch, key_size); /* zero: the padding after the 8 bytes */
+	w->ukey = calloc(1, key_size);
 	w->val = malloc(value_size > 0 ? value_size : 1);
 	w->read_mem = malloc(batch * cap);
 	w->keys = calloc(batch, sizeof(*w->keys));
@@ -101,7 +105,7 @@ static int worker_buffers(worker *w, unsigned batch, size_t key_size, size_t val
 	w->caps = calloc(batch, sizeof(*w->caps));
 	w->vlens = calloc(batch, sizeof(*w->vlens));
 	w->status = calloc(batch, sizeof(*w->status));
-	if (w->key_mem == NULL || w->val == NULL || w->read_mem == NULL || w->keys == NULL ||
+	if (w->key_mem == NULL || w->ukey == NULL || w->val == NULL || w->read_mem == NULL || w->keys == NULL ||
 	    w->klens == NULL || w->bufs == NULL || w->caps == NULL || w->vlens == NULL ||
 	    w->status == NULL)
 		return -1;
@@ -190,21 +194,60 @@ static inline void write_value(worker *w, uint64_t keyno, uint64_t stamp)
 		stamp_value(w->val, s->value_size, stamp);
 }
 
-/* Up to `batch` consecutive reads starting at ops[pos], as one batch. Returns the
- * number issued; *stop set on an error. */
+/* With over_updates: may the update at ops[i] run before the k reads collected so
+ * far? Only if none of them reads its key (each read then returns what it would
+ * have in order). */
+static int update_may_pass(const worker *w, uint64_t i, uint64_t k)
+{
+	const ycsb_run_spec *s = w->spec;
+	uint64_t keyno = op_key(w->ops[i], s->inserts);
+
+	for (uint64_t j = 0; j < k; j++)
+		if (ycsb_get_le64(w->keys[j]) == keyno)
+			return 0;
+	return 1;
+}
+
+/* Up to `batch` consecutive reads starting at ops[pos], as one batch (with
+ * over_updates, updates of other keys between them are applied at once, in order,
+ * on their own key buffer). Returns the number of operations done; *stop set on an
+ * error. */
 static uint64_t run_read_batch(worker *w, void *ctx, uint64_t pos, uint64_t room,
 			       int sample, int *stop)
 {
 	const ycsb_run_spec *s = w->spec;
 	const ycsb_engine *e = s->engine;
-	uint64_t k = 0, t0 = 0;
+	uint64_t k = 0, n = 0, t0 = 0;
 	int rc = 0;
 
-	while (k < s->batch && k < room && pos + k < w->nops &&
-	       ycsb_op_kind(w->ops[pos + k]) == YCSB_OP_READ) {
-		ycsb_key_format(w->key_mem + k * s->key_size, op_key(w->ops[pos + k], s->inserts));
-		k++;
+	while (k < s->batch && n < room && pos + n < w->nops && !*stop) {
+		uint64_t op = w->ops[pos + n];
+
+		if (ycsb_op_kind(op) == YCSB_OP_READ) {
+			ycsb_key_format(w->key_mem + k * s->key_size, op_key(op, s->inserts));
+			k++;
+			n++;
+			continue;
+		}
+		if (!s->over_updates || ycsb_op_kind(op) != YCSB_OP_UPDATE ||
+		    !update_may_pass(w, pos + n, k))
+			break;
+		uint64_t keyno = op_key(op, s->inserts), u0 = 0;
+		int usample = (w->usamples++ & (YCSB_SAMPLE_EVERY - 1)) == 0;
+
+		ycsb_key_format(w->ukey, keyno);
+		write_value(w, keyno, w->done[YCSB_OP_UPDATE]);
+		if (usample)
+			u0 = ycsb_now_ns();
+		rc = e->update(ctx, w->ukey, s->key_size, w->val, s->value_size);
+		if (usample)
+			ycsb_hist_add(&w->hist[YCSB_OP_UPDATE], ycsb_now_ns() - u0);
+		*stop = note_rc(w, rc, YCSB_OP_UPDATE, keyno);
+		w->done[YCSB_OP_UPDATE]++;
+		n++;
 	}
+	if (k == 0)
+		return n;
 	if (sample)
 		t0 = ycsb_now_ns();
 	if (e->read_batch != NULL) {
@@ -218,9 +261,9 @@ static uint64_t run_read_batch(worker *w, void *ctx, uint64_t pos, uint64_t room
 	if (sample)
 		ycsb_hist_add(&w->hist[YCSB_LAT_READ_BATCH], ycsb_now_ns() - t0);
 	if (rc < 0) {
-		*stop = note_rc(w, rc, YCSB_LAT_READ_BATCH, op_key(w->ops[pos], s->inserts));
+		*stop = note_rc(w, rc, YCSB_LAT_READ_BATCH, ycsb_get_le64(w->keys[0]));
 		w->done[YCSB_OP_READ] += k;
-		return k;
+		return n;
 	}
 	for (uint64_t i = 0; i < k; i++) {
 		uint64_t keyno = ycsb_get_le64(w->keys[i]); /* as formatted above */
@@ -232,7 +275,7 @@ static uint64_t run_read_batch(worker *w, void *ctx, uint64_t pos, uint64_t room
 			*stop = 1;
 	}
 	w->done[YCSB_OP_READ] += k;
-	return k;
+	return n;
 }
 
 /* The timed loop. */
@@ -444,6 +487,7 @@ int ycsb_run(const ycsb_run_spec *s, ycsb_result *res)
 	res->theta = s->theta;
 	res->threads = s->threads;
 	res->batch = s->batch;
+	res->over_updates = s->over_updates;
 	res->key_size = s->key_size;
 	res->value_size = s->value_size;
 	res->key_count = s->key_count;

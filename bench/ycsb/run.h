@@ -34,6 +34,7 @@ typedef struct ycsb_run_spec {
 	double theta;
 	unsigned threads;
 	unsigned batch;        /* 1 = no batching */
+	int over_updates;      /* a read batch reaches past updates of keys it does not hold */
 	uint64_t ops;          /* over all threads; 0 = only the time limit bounds the run */
 	double seconds;        /* 0 = no time limit */
 	uint64_t pregen_ops;   /* per thread, when ops == 0: the array is cycled */
@@ -56,6 +57,7 @@ typedef struct ycsb_result {
 	double theta;
 	unsigned threads;
 	unsigned batch;
+	int over_updates;
 	size_t key_size, value_size;
 	uint64_t key_count;
 	uint64_t ops;                    /* operations done, all threads */

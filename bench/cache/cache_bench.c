@@ -13,7 +13,9 @@
  *   same oracle calls on the same arrays, with a window of W batches linked ahead,
  *   at capacities of 1% and 5% of the rows
  *     --plan-batch-size B (16384) --plan-batches N (160) --plan-scale F (1.0: the
- *     real Criteo table sizes) --plan-window W (100) --plan-repeat R (5: each
+ *     real Criteo table sizes) --plan-window W (100) --plan-capacities LIST (rows,
+ *     default 1% and 5% of all rows; at least one batch's distinct rows)
+ *     --plan-repeat R (5: each
  *     capacity runs R times in a row; the figures are the median run's, with the
  *     fastest beside it: on a shared machine single runs vary by 2x)
  *   sim: rows fetched by the oracle, LRU, LFU and MIN at capacities 1%, 5%, 20%
@@ -58,7 +60,7 @@ struct cfg {
 	double scale, cap_frac;
 	char compute[256];
 	uint64_t mem_mb;
-	const char *dir, *json;
+	const char *dir, *json, *plan_caps;
 };
 
 static FILE *jf;
@@ -278,10 +280,20 @@ static void run_plan(const struct cfg *c)
 	printf("%-10s %14s %18s %10s %10s %10s %8s %10s %12s\n", "capacity", "plan ms/batch",
 	       "[fastest ms/batch]", "push ms", "plan ms", "map ms", "ns/id", "ns/distinct",
 	       "fetched/batch");
-	double fr[2] = {0.01, 0.05};
-	for (int i = 0; i < 2; i++) {
-		uint64_t cap = (uint64_t)(fr[i] * (double)total);
-		cap = cap < umax ? umax : cap;
+	/* capacities: 1% and 5% of the rows, or --plan-capacities; at least one batch's
+	 * distinct rows */
+	uint64_t caps[8];
+	int ncaps = 0;
+	if (c->plan_caps) {
+		for (const char *q = c->plan_caps; *q && ncaps < 8; q = strchr(q, ',') ? strchr(q, ',') + 1 : "")
+			caps[ncaps++] = strtoull(q, NULL, 10);
+	} else {
+		caps[ncaps++] = total / 100;
+		caps[ncaps++] = total / 20;
+	}
+	for (int i = 0; i < ncaps; i++) {
+		uint64_t cap = caps[i] < umax ? umax : caps[i];
+		cap = cap > total ? total : cap;
 		struct plan_run runs[PLAN_REP_MAX];
 		double tot[PLAN_REP_MAX];
 		for (uint32_t r = 0; r < c->plan_rep; r++) {
@@ -303,9 +315,9 @@ static void run_plan(const struct cfg *c)
 		       m->map_s * 1e3 / steps, med * 1e9 / ((double)steps * per),
 		       med * 1e9 / ((double)steps * usum / t.nbatches), (double)m->fetched / t.nbatches);
 		char k[64];
-		snprintf(k, sizeof(k), "cap%.0f_plan_ms_per_batch", fr[i] * 100);
+		snprintf(k, sizeof(k), "cap%" PRIu64 "_plan_ms_per_batch", cap);
 		jkv("plan", k, ms);
-		snprintf(k, sizeof(k), "cap%.0f_push_ms_per_batch", fr[i] * 100);
+		snprintf(k, sizeof(k), "cap%" PRIu64 "_push_ms_per_batch", cap);
 		jkv("plan", k, m->link_s * 1e3 / steps);
 	}
 	for (uint32_t i = 0; i < W; i++) {
@@ -833,6 +845,7 @@ int main(int argc, char **argv)
 		else if (!strcmp(a, "--plan-scale")) c.plan_scale = atof(v);
 		else if (!strcmp(a, "--plan-repeat")) c.plan_rep = (uint32_t)atoi(v);
 		else if (!strcmp(a, "--plan-window")) c.plan_window = (uint32_t)atoi(v);
+		else if (!strcmp(a, "--plan-capacities")) c.plan_caps = v;
 		else if (!strcmp(a, "--sim-batch-size")) c.sim_bs = (uint32_t)atoi(v);
 		else if (!strcmp(a, "--sim-batches")) c.sim_nb = (uint32_t)atoi(v);
 		else if (!strcmp(a, "--sim-scale")) c.sim_scale = atof(v);

@@ -80,10 +80,12 @@ struct obatch {
 struct oracle;
 
 /*
- * ntables tables of rows[t] rows each; capacity slots (1 .. 2^32-2); ring: the
- * most batches linked and not yet planned (1 .. 2^31). Returns 0, EMBER_EINVAL or
- * EMBER_ENOMEM. Per-row state is allocated zeroed and touched lazily (8 bytes a
- * row).
+ * ntables tables (1 .. 65,535) of rows[t] rows each (1 .. 2^48); capacity slots
+ * (1 .. 2^32-2); ring: the most batches linked and not yet planned (1 .. 2^31).
+ * Returns 0, EMBER_EINVAL or EMBER_ENOMEM.
+ * Per-row state is allocated zeroed and touched lazily (8 bytes a row); per slot
+ * 36 bytes, and 32 bytes of scratch for sorting the rows a link moves out of
+ * "never".
  */
 int oracle_create(struct oracle **out, uint32_t ntables, const uint64_t *rows,
 		  uint64_t capacity, uint32_t ring);

@@ -344,6 +344,28 @@ int main(int argc, char **argv)
 		free(nu);
 		free(cand);
 	}
+	/* bad input of oracle_create */
+	{
+		struct oracle *o = NULL;
+		uint64_t r1[1] = {10}, r0[1] = {0}, rbig[1] = {((uint64_t)1 << 48) + 1};
+		uint64_t rmax[1] = {(uint64_t)1 << 48};
+		CHECK_RC(oracle_create(NULL, 1, r1, 4, 4), EMBER_EINVAL);
+		CHECK_RC(oracle_create(&o, 0, r1, 4, 4), EMBER_EINVAL);
+		CHECK_RC(oracle_create(&o, 65536, r1, 4, 4), EMBER_EINVAL);
+		CHECK_RC(oracle_create(&o, 1, NULL, 4, 4), EMBER_EINVAL);
+		CHECK_RC(oracle_create(&o, 1, r0, 4, 4), EMBER_EINVAL);
+		CHECK_RC(oracle_create(&o, 1, rbig, 4, 4), EMBER_EINVAL);
+		CHECK_RC(oracle_create(&o, 1, r1, 0, 4), EMBER_EINVAL);
+		CHECK_RC(oracle_create(&o, 1, r1, (uint64_t)ORACLE_MAX_BATCHES + 1, 4), EMBER_EINVAL);
+		CHECK_RC(oracle_create(&o, 1, r1, 4, 0), EMBER_EINVAL);
+		CHECK(o == NULL, "a failed create set its result");
+		/* 2^48 rows: accepted (the words are mapped lazily: 2 PiB would not be;
+		 * ENOMEM is the answer there, or success where overcommit allows) */
+		int rc = oracle_create(&o, 1, rmax, 4, 4);
+		CHECK(rc == 0 || rc == EMBER_ENOMEM, "2^48 rows: rc %d", rc);
+		oracle_destroy(o);
+		oracle_destroy(NULL);
+	}
 	printf("cache_oracle: %llu rounds (%llu big), %llu plans, %llu evictions checked; %llu "
 	       "batches linked from ids, %llu failed links aborted\n",
 	       (unsigned long long)(rounds + big_rounds), (unsigned long long)big_rounds,

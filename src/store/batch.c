@@ -118,8 +118,9 @@ int ember_get_batch(ember_session *s, size_t n, const void *const keys[], const 
 			/* on disk, or in the cold tier: resolved together below */
 			s->blk[ndisk] = (struct lookup){.key = keys[i],
 							.klen = (uint32_t)klens[i],
+							.hint = lookup_want_hint(s, klens[i], caps[i]),
 							.phase = LK_HOT,
-							.flags = LK_FILL_RC,
+							.flags = LK_FILL_RC | lookup_cap_flag(caps[i]),
 							.hash = s->bhash[i],
 							.addr = at,
 							.hot_entry = e,

@@ -19,6 +19,13 @@
  *  3. A lookup's I/O slot is reused for its next read at once (chain hop or the
  *     next phase), so lookups never queue behind each other for slots.
  *  4. lookups_run calls done exactly once per lookup, even when the ring fails.
+ *  5. First reads: FIRST_READ_MIN bytes, or for a caller with a large buffer the
+ *     size of the record this session's last such read found (lookup_want_hint,
+ *     store_int.h), so repeated reads of large values cost one disk read each.
+ *  6. A chunk copy on disk whose entry for the key is in the cold index's entry
+ *     cache (cold_index.h, note 5) is not read: the cold walk starts from the
+ *     cached entry. User reads (LK_FILL_RC) fill the cache from the chunks they
+ *     read; compaction's lookups use it but do not fill it (their keys are not hot).
  */
 #include "store/store_int.h"
 #include "store/checkpoint.h"
@@ -222,7 +229,9 @@ static int issue(ember_session *s, struct lookup *l, uint32_t idx, uint32_t li)
 {
 	struct io_slot *io = &s->io[idx];
 	uint64_t off = em_align_down(l->addr, EM_IO_ALIGN);
-	uint64_t end = l->addr + (l->want ? l->want : FIRST_READ_MIN);
+	/* a record's first read may follow the caller's hint; a chunk's never does */
+	uint64_t first = l->hint && l->phase != LK_CHUNK ? l->hint : FIRST_READ_MIN;
+	uint64_t end = l->addr + (l->want ? l->want : first);
 	uint64_t len = em_align_up(end - off, EM_IO_ALIGN);
 	if (len > UINT32_MAX - EM_IO_ALIGN)
 		return EMBER_ECORRUPT;
@@ -358,6 +367,8 @@ static void on_read(struct lookup_run *run, uint32_t idx, int res)
 		goto out;
 	}
 	if (rec_key_eq(r, l->key, l->klen)) {
+		if ((l->flags & LK_BIG_CAP) && size <= (UINT32_MAX >> 2))
+			s->want_hint = (uint32_t)size; /* the next large read's first read */
 		l->found = l->addr;
 		stat_add(&s->cur->reads[l->phase == LK_HOT ? TIER_HOT_DISK : TIER_COLD_DISK], 1);
 		finish(run, l, 0, r, 0);

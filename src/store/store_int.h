@@ -51,6 +51,7 @@ enum { LK_HOT = 0, LK_CHUNK = 1, LK_COLD = 2 };
 #define LK_COLD_ONLY 0x2 /* start at the cold index (cold compaction liveness) */
 #define LK_FILL_RC 0x4   /* a user read: fill the read cache and the cold entry cache */
 #define LK_CHUNK_ONLY 0x8 /* read the chunk at addr and stop (compaction prefetch) */
+#define LK_BIG_CAP 0x10  /* the caller's buffer is large: its record sizes feed want_hint */
 #define LK_FROM_INDEX UINT64_MAX /* addr sentinel: start at the phase's index */
 
 struct lookup {
@@ -61,6 +62,7 @@ struct lookup {
 	uint64_t hash;
 	uint64_t addr;  /* next record to read, or LK_FROM_INDEX */
 	uint32_t want;  /* bytes to read from addr's block (0: the default first read) */
+	uint32_t hint;  /* a record's first read when want is 0 (lookup_want_hint; 0: none) */
 	uint64_t found; /* where the record was found (in the phase's log) */
 	uint64_t entry; /* the cold-index entry the cold walk started from */
 	uint64_t hot_entry; /* the hot index entry seen when the lookup began (LK_FILL_RC) */
@@ -90,6 +92,7 @@ struct sess_stats {
 };
 enum { TIER_HOT_MEM, TIER_HOT_DISK, TIER_COLD_MEM, TIER_COLD_DISK, TIER_RC };
 
+
 static inline void stat_add(_Atomic uint64_t *c, uint64_t n)
 {
 	/* relaxed load + store: only the owning thread writes, readers tolerate lag */
@@ -104,6 +107,7 @@ struct ember_session {
 	int slot; /* epoch slot */
 	struct em_ring ring;
 	int ring_broken;  /* the ring failed: its state is unknown, no more disk reads */
+	uint32_t want_hint; /* size of the last record a large-buffer read found (0: none) */
 	struct io_slot *io;
 	uint32_t io_n;
 	uint32_t *io_free;
@@ -125,6 +129,26 @@ struct ember_session {
 	int internal; /* the compactor's own session: not counted as open */
 	struct ember_session *next_all;
 };
+
+/*
+ * The first read of a user lookup whose buffer is large (over IO_BUF_SIZE): as
+ * large as the record this session's last such read found (want_hint), at most a
+ * record that fills the buffer. Callers that read large values again and again
+ * (the graph buffer's chunks) then pay one disk read per value instead of a header
+ * read plus a full read; a caller with a large buffer and small values teaches the
+ * session a small size at its first read and wastes nothing after. A wrong guess
+ * costs bytes, never correctness: a record larger than the first read is read
+ * again whole (lookup.c, on_read). Returns 0 (the default first read) or the size.
+ */
+static inline uint32_t lookup_want_hint(const struct ember_session *s, size_t klen, size_t cap)
+{
+	if (cap <= IO_BUF_SIZE || cap > (UINT32_MAX >> 2) || !s->want_hint)
+		return 0;
+	uint64_t full = REC_HDR_SIZE + ((klen + 7) & ~(size_t)7) + ((cap + 7) & ~(size_t)7);
+	return s->want_hint < full ? s->want_hint : (uint32_t)full;
+}
+
+static inline uint8_t lookup_cap_flag(size_t cap) { return cap > IO_BUF_SIZE ? LK_BIG_CAP : 0; }
 
 struct compactor;
 struct ckpt;

@@ -1,0 +1,163 @@
+/*
+ * test_big_reads.c - first reads sized for large values (lookup.c note 5,
+ * lookup_want_hint in store_int.h): a session that reads large values into a
+ * large buffer learns their size, so each later read of one costs one disk read
+ * instead of a header read plus a full read; a large buffer over small values
+ * learns the small size; a value larger than what was learnt is still read whole;
+ * cold values (chunk, then record) too. Every value read is checked byte for byte,
+ * and the disk-read counts come from ember_stats (I/O counts, not timing).
+ */
+#include <ember.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+
+#define BIG (200u << 10)
+#define NBIG 40
+#define NSMALL 64
+#define CAP (256u << 10)
+
+static void fill(uint8_t *v, size_t n, unsigned key, unsigned gen)
+{
+	for (size_t i = 0; i < n; i++)
+		v[i] = (uint8_t)(key * 31 + gen * 7 + i * 13 + (i >> 9));
+}
+
+static uint64_t disk_reads(ember_db *db)
+{
+	ember_stats st;
+	CHECK_OK(ember_stats_get(db, &st));
+	return st.disk_reads;
+}
+
+static void get_check(ember_session *s, const char *key, uint8_t *buf, size_t want_len,
+		      unsigned k, unsigned gen)
+{
+	size_t vl = 0;
+	int rc = ember_get(s, key, strlen(key), buf, CAP, &vl);
+	CHECK(rc == 0, "get %s: %d (%s)", key, rc, ember_strerror(rc));
+	CHECK(vl == want_len, "get %s: length %zu, want %zu", key, vl, want_len);
+	uint8_t *ref = malloc(want_len);
+	fill(ref, want_len, k, gen);
+	CHECK(memcmp(buf, ref, want_len) == 0, "get %s: wrong bytes", key);
+	free(ref);
+}
+
+int main(int argc, char **argv)
+{
+	tu_init("test_big_reads", argc, argv);
+	char dir[512];
+	CHECK(tu_tmpdir_make("bigrd", dir, sizeof(dir)) == 0, "tmpdir");
+	ember_options o;
+	ember_options_default(&o);
+	o.log_memory = 1 << 20; /* 16 pages: the values live on disk */
+	o.page_size = 64 << 10;
+	o.hot_disk_budget = 64 << 20; /* no compaction until asked */
+	o.cold_log_memory = 512 << 10; /* 8 pages: compacted values go to disk too */
+	o.flags = EMBER_OPEN_TRUNCATE;
+	ember_db *db;
+	CHECK_OK(ember_open(dir, &o, &db));
+	ember_session *s;
+	CHECK_OK(ember_session_open(db, &s));
+	uint8_t *v = malloc(CAP), *buf = malloc(CAP);
+	char key[32];
+	for (unsigned k = 0; k < NBIG; k++) {
+		snprintf(key, sizeof(key), "big%u", k);
+		fill(v, BIG, k, 0);
+		CHECK_OK(ember_put(s, key, strlen(key), v, BIG));
+	}
+	for (unsigned k = 0; k < NSMALL; k++) {
+		snprintf(key, sizeof(key), "small%u", k);
+		fill(v, 100, 1000 + k, 0);
+		CHECK_OK(ember_put(s, key, strlen(key), v, 100));
+	}
+	/* push the small ones to disk too */
+	for (unsigned k = 0; k < 8; k++) {
+		snprintf(key, sizeof(key), "pad%u", k);
+		fill(v, BIG, 5000 + k, 0);
+		CHECK_OK(ember_put(s, key, strlen(key), v, BIG));
+	}
+
+	/* 1. large values into a large buffer: two reads for the first, one after */
+	uint64_t r0 = disk_reads(db);
+	for (unsigned k = 0; k < NBIG - 16; k++) {
+		snprintf(key, sizeof(key), "big%u", k);
+		get_check(s, key, buf, BIG, k, 0);
+	}
+	uint64_t used = disk_reads(db) - r0;
+	printf("%u large values on disk: %llu disk reads\n", NBIG - 16, (unsigned long long)used);
+	CHECK(used <= NBIG - 16 + 1, "large reads took %llu disk reads for %u values",
+	      (unsigned long long)used, NBIG - 16);
+
+	/* 2. small values into the same large buffer: the session learns their size
+	 * (each costs one small read, never a 200 KiB one) */
+	ember_stats a, b;
+	CHECK_OK(ember_stats_get(db, &a));
+	for (unsigned k = 0; k < NSMALL; k++) {
+		snprintf(key, sizeof(key), "small%u", k);
+		get_check(s, key, buf, 100, 1000 + k, 0);
+	}
+	CHECK_OK(ember_stats_get(db, &b));
+	uint64_t bytes = b.disk_bytes_read - a.disk_bytes_read;
+	printf("%u small values: %llu disk reads, %llu bytes\n", NSMALL,
+	       (unsigned long long)(b.disk_reads - a.disk_reads), (unsigned long long)bytes);
+	CHECK(bytes < (uint64_t)BIG + NSMALL * 8192u,
+	      "small values cost %llu bytes: the large hint was not unlearnt",
+	      (unsigned long long)bytes);
+
+	/* 3. a large value after the small size was learnt: read whole all the same */
+	snprintf(key, sizeof(key), "big%u", NBIG - 1);
+	get_check(s, key, buf, BIG, NBIG - 1, 0);
+
+	/* 4. a batch of large and small values with large buffers */
+	const void *keys[8];
+	size_t klens[8], caps[8], vlens[8];
+	void *bufs[8];
+	int status[8];
+	char kb[8][32];
+	for (unsigned i = 0; i < 8; i++) {
+		unsigned big = i % 2 == 0;
+		unsigned k = big ? NBIG - 16 + i : i;
+		snprintf(kb[i], sizeof(kb[i]), big ? "big%u" : "small%u", k);
+		keys[i] = kb[i];
+		klens[i] = strlen(kb[i]);
+		bufs[i] = malloc(CAP);
+		caps[i] = CAP;
+	}
+	CHECK_OK(ember_get_batch(s, 8, keys, klens, bufs, caps, vlens, status));
+	for (unsigned i = 0; i < 8; i++) {
+		unsigned big = i % 2 == 0;
+		unsigned k = big ? NBIG - 16 + i : i;
+		size_t n = big ? BIG : 100;
+		CHECK(status[i] == 0 && vlens[i] == n, "batch %u: status %d len %zu", i, status[i],
+		      vlens[i]);
+		fill(v, n, big ? k : 1000 + k, 0);
+		CHECK(memcmp(bufs[i], v, n) == 0, "batch %u: wrong bytes", i);
+		free(bufs[i]);
+	}
+
+	/* 5. the cold tier: chunk (never read with the hint) then record */
+	CHECK_OK(ember_compact(db, 1));
+	r0 = disk_reads(db);
+	for (unsigned k = 0; k < NBIG; k++) {
+		snprintf(key, sizeof(key), "big%u", k);
+		get_check(s, key, buf, BIG, k, 0);
+	}
+	used = disk_reads(db) - r0;
+	CHECK_OK(ember_stats_get(db, &b));
+	printf("%u large values after compaction: %llu disk reads (cold reads %llu+%llu)\n", NBIG,
+	       (unsigned long long)used, (unsigned long long)b.cold.reads_memory,
+	       (unsigned long long)b.cold.reads_disk);
+	CHECK(b.cold.reads_disk > 0, "some large values were read from the cold log's disk");
+	CHECK(used <= 2 * NBIG + 1, "cold large reads took %llu disk reads for %u values",
+	      (unsigned long long)used, NBIG);
+
+	free(v);
+	free(buf);
+	CHECK_OK(ember_session_close(s));
+	CHECK_OK(ember_close(db));
+	tu_tmpdir_remove(dir);
+	printf("big reads: OK\n");
+	return 0;
+}

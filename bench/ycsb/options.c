@@ -315,6 +315,22 @@ static int bad(const char *opt, const char *arg)
 	return 2;
 }
 
+/* An Ember cache size: BYTES (K/M/G: powers of 1024, not 0) or "off" (UINT64_MAX).
+ * 0 or -1. */
+static int parse_cache_bytes(const char *arg, uint64_t *out)
+{
+	uint64_t v;
+
+	if (!strcmp(arg, "off")) {
+		*out = UINT64_MAX;
+		return 0;
+	}
+	if (parse_u64(arg, &v, BINARY_SUFFIX) < 0 || v == 0)
+		return -1;
+	*out = v;
+	return 0;
+}
+
 static int parse_one(int c, const char *arg, ycsb_config *cfg, given *g, int *want_e)
 {
 	uint64_t v;
@@ -386,23 +402,9 @@ static int parse_one(int c, const char *arg, ycsb_config *cfg, given *g, int *wa
 		cfg->index_buckets = v;
 		return 0;
 	case OPT_READ_CACHE:
-		if (!strcmp(arg, "off")) {
-			cfg->read_cache = UINT64_MAX;
-			return 0;
-		}
-		if (parse_u64(arg, &v, BINARY_SUFFIX) < 0 || v == 0)
-			return bad("ember-read-cache", arg);
-		cfg->read_cache = v;
-		return 0;
+		return parse_cache_bytes(arg, &cfg->read_cache) < 0 ? bad("ember-read-cache", arg) : 0;
 	case OPT_COLD_CACHE:
-		if (!strcmp(arg, "off")) {
-			cfg->cold_cache = UINT64_MAX;
-			return 0;
-		}
-		if (parse_u64(arg, &v, BINARY_SUFFIX) < 0 || v == 0)
-			return bad("ember-cold-cache", arg);
-		cfg->cold_cache = v;
-		return 0;
+		return parse_cache_bytes(arg, &cfg->cold_cache) < 0 ? bad("ember-cold-cache", arg) : 0;
 	case OPT_REPEAT:
 		if (parse_u64(arg, &v, NO_SUFFIX) < 0 || v == 0 || v > YCSB_MAX_REPEAT)
 			return bad("repeat", arg);

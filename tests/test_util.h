@@ -30,6 +30,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/rng.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -86,53 +88,19 @@ typedef struct tu_rng {
 	uint64_t s[4];
 } tu_rng;
 
-/* splitmix64 step: also a good 64-bit mixer of a counter. */
-static inline uint64_t tu_splitmix64(uint64_t *x)
-{
-	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
+/* The library's generator (core/rng.h): the same sequences as before, one copy. */
+static inline uint64_t tu_splitmix64(uint64_t *x) { return em_splitmix64(x); }
 
-/* A stateless hash of one 64-bit value (splitmix64's finaliser). */
-static inline uint64_t tu_mix64(uint64_t x)
-{
-	return tu_splitmix64(&x);
-}
+/* A stateless hash of one 64-bit value (one splitmix64 step from it). */
+static inline uint64_t tu_mix64(uint64_t x) { return em_splitmix64(&x); }
 
-static inline void tu_rng_seed(tu_rng *r, uint64_t seed)
-{
-	uint64_t x = seed;
-	for (int i = 0; i < 4; i++)
-		r->s[i] = tu_splitmix64(&x);
-}
-
-static inline uint64_t tu_rotl(uint64_t x, int k)
-{
-	return (x << k) | (x >> (64 - k));
-}
+static inline void tu_rng_seed(tu_rng *r, uint64_t seed) { em_rng_seed(r->s, seed); }
 
 /* xoshiro256** */
-static inline uint64_t tu_rng_next(tu_rng *r)
-{
-	uint64_t *s = r->s;
-	uint64_t result = tu_rotl(s[1] * 5, 7) * 9;
-	uint64_t t = s[1] << 17;
-	s[2] ^= s[0];
-	s[3] ^= s[1];
-	s[1] ^= s[2];
-	s[0] ^= s[3];
-	s[2] ^= t;
-	s[3] = tu_rotl(s[3], 45);
-	return result;
-}
+static inline uint64_t tu_rng_next(tu_rng *r) { return em_rng_next(r->s); }
 
 /* Uniform in [0, n); n > 0. (Lemire's multiply; the bias is negligible here.) */
-static inline uint64_t tu_rng_below(tu_rng *r, uint64_t n)
-{
-	return (uint64_t)(((unsigned __int128)tu_rng_next(r) * n) >> 64);
-}
+static inline uint64_t tu_rng_below(tu_rng *r, uint64_t n) { return em_rng_below(r->s, n); }
 
 /* Uniform in [lo, hi]. */
 static inline uint64_t tu_rng_range(tu_rng *r, uint64_t lo, uint64_t hi)

@@ -7,20 +7,9 @@
 #include <string.h>
 #include <strings.h>
 
-uint64_t ycsb_splitmix64(uint64_t *state)
-{
-	uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+uint64_t ycsb_splitmix64(uint64_t *state) { return em_splitmix64(state); }
 
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-void ycsb_rng_seed(ycsb_rng *r, uint64_t seed)
-{
-	for (int i = 0; i < 4; i++)
-		r->s[i] = ycsb_splitmix64(&seed);
-}
+void ycsb_rng_seed(ycsb_rng *r, uint64_t seed) { em_rng_seed(r->s, seed); }
 
 uint64_t ycsb_fnv64(uint64_t v)
 {

@@ -19,6 +19,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "core/rng.h"
+
 /* xoshiro256** (Blackman and Vigna), seeded through splitmix64. */
 typedef struct ycsb_rng {
 	uint64_t s[4];
@@ -30,25 +32,8 @@ void ycsb_rng_seed(ycsb_rng *r, uint64_t seed);
 /* splitmix64 step: also a good 64-bit mixer for deriving per-thread seeds. */
 uint64_t ycsb_splitmix64(uint64_t *state);
 
-static inline uint64_t ycsb_rotl64(uint64_t x, int k)
-{
-	return (x << k) | (x >> (64 - k));
-}
-
-static inline uint64_t ycsb_rng_next(ycsb_rng *r)
-{
-	uint64_t *s = r->s;
-	uint64_t result = ycsb_rotl64(s[1] * 5, 7) * 9;
-	uint64_t t = s[1] << 17;
-
-	s[2] ^= s[0];
-	s[3] ^= s[1];
-	s[1] ^= s[2];
-	s[0] ^= s[3];
-	s[2] ^= t;
-	s[3] = ycsb_rotl64(s[3], 45);
-	return result;
-}
+/* xoshiro256**: the library's generator (core/rng.h), the same sequences. */
+static inline uint64_t ycsb_rng_next(ycsb_rng *r) { return em_rng_next(r->s); }
 
 /* Uniform double in [0, 1), 53 random bits. */
 static inline double ycsb_rng_double(ycsb_rng *r)

@@ -19,6 +19,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "core/rng.h"
+
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "trace files are written in the host's byte order, which must be little-endian"
 #endif
@@ -35,39 +37,10 @@ const uint64_t trace_criteo_rows[TRACE_CRITEO_TABLES] = {
 
 /* ---- PRNG and Zipf ----------------------------------------------------------------- */
 
-static uint64_t splitmix(uint64_t *x)
-{
-	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
+/* The library's generator (core/rng.h): the same sequences, one copy. */
+void trace_rng_seed(struct trace_rng *r, uint64_t seed) { em_rng_seed(r->s, seed); }
 
-void trace_rng_seed(struct trace_rng *r, uint64_t seed)
-{
-	uint64_t x = seed;
-	for (int i = 0; i < 4; i++)
-		r->s[i] = splitmix(&x);
-}
-
-static inline uint64_t rotl(uint64_t x, int k)
-{
-	return (x << k) | (x >> (64 - k));
-}
-
-uint64_t trace_rng_next(struct trace_rng *r)
-{
-	uint64_t *s = r->s;
-	uint64_t out = rotl(s[1] * 5, 7) * 9;
-	uint64_t t = s[1] << 17;
-	s[2] ^= s[0];
-	s[3] ^= s[1];
-	s[1] ^= s[2];
-	s[0] ^= s[3];
-	s[2] ^= t;
-	s[3] = rotl(s[3], 45);
-	return out;
-}
+uint64_t trace_rng_next(struct trace_rng *r) { return em_rng_next(r->s); }
 
 double trace_rng_unit(struct trace_rng *r)
 {

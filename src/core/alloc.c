@@ -7,6 +7,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* fault injection (core/fault.h): an injected failure returns NULL; 0 when compiled out */
 #define ALLOC_FAULT() EM_FAULT(EM_FAULT_ALLOC)
@@ -56,3 +57,14 @@ void em_free(void *ptr, size_t size)
 }
 
 #endif
+
+void *em_alloc_io(size_t size)
+{
+	if (size < EM_HUGE_BYTES)
+		return em_alloc_aligned(4096, size);
+	void *p = em_alloc_aligned(EM_HUGE_BYTES, size);
+	/* a hint only: without THP (or with it off) the buffer still works */
+	if (p)
+		(void)madvise(p, size & ~(size_t)(EM_HUGE_BYTES - 1), MADV_HUGEPAGE);
+	return p;
+}

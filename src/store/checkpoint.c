@@ -977,7 +977,7 @@ static int replay(struct ember_db *db, const struct ckpt_meta *m, struct em_ring
 	struct hlog *l = db->hot;
 	uint64_t end = m->hot_end, file_end = em_align_up(end, EM_IO_ALIGN);
 	size_t cap = REPLAY_WINDOW;
-	uint8_t *buf = em_alloc_aligned(EM_IO_ALIGN, cap);
+	uint8_t *buf = em_alloc_io(cap);
 	if (!buf)
 		return EMBER_ENOMEM;
 	uint64_t wstart = 0, wend = 0; /* the window [wstart, wend) buf holds */
@@ -1003,7 +1003,7 @@ static int replay(struct ember_db *db, const struct ckpt_meta *m, struct em_ring
 			if (want > cap) {
 				em_free(buf, 0);
 				cap = want;
-				buf = em_alloc_aligned(EM_IO_ALIGN, cap);
+				buf = em_alloc_io(cap);
 				if (!buf)
 					return EMBER_ENOMEM;
 			}

@@ -82,7 +82,7 @@ static int window_fill(struct scan *sc, uint64_t x, uint64_t want)
 	uint64_t off = em_align_down(x, EM_IO_ALIGN);
 	uint64_t len = em_align_up(x + want - off, EM_IO_ALIGN);
 	if (len > c->cap) {
-		uint8_t *b = em_alloc_aligned(EM_IO_ALIGN, len);
+		uint8_t *b = em_alloc_io(len);
 		if (!b)
 			return EMBER_ENOMEM;
 		em_free(c->buf, c->cap);

@@ -247,7 +247,7 @@ static int issue(ember_session *s, struct lookup *l, uint32_t idx, uint32_t li)
 		if (io->big_cap < len) {
 			em_free(io->big, io->big_cap);
 			io->big_cap = 0;
-			io->big = em_alloc_aligned(EM_IO_ALIGN, len);
+			io->big = em_alloc_io(len);
 			if (!io->big)
 				return EMBER_ENOMEM;
 			io->big_cap = (uint32_t)len;

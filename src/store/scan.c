@@ -219,7 +219,7 @@ static int cursor_fill(struct cursor *c, uint64_t x, uint64_t want)
 	if (len > UINT32_MAX - EM_IO_ALIGN)
 		return EMBER_ECORRUPT;
 	if (len > c->cap) {
-		uint8_t *b = em_alloc_aligned(EM_IO_ALIGN, len);
+		uint8_t *b = em_alloc_io(len);
 		if (!b)
 			return EMBER_ENOMEM;
 		em_free(c->buf, c->cap);
@@ -602,7 +602,7 @@ static int hops_read(struct iter *it, size_t nh)
 			if (len > UINT32_MAX - EM_IO_ALIGN)
 				return EMBER_ECORRUPT;
 			if (len > h->cap) {
-				uint8_t *b = em_alloc_aligned(EM_IO_ALIGN, len);
+				uint8_t *b = em_alloc_io(len);
 				if (!b)
 					return EMBER_ENOMEM;
 				em_free(h->buf, h->cap);

@@ -174,7 +174,7 @@ int session_buf_reserve(uint8_t **buf, size_t *cap, size_t need)
 	size_t n = *cap ? *cap : 256;
 	while (n < need)
 		n *= 2;
-	uint8_t *p = em_alloc_aligned(EM_IO_ALIGN, n); /* fit for O_DIRECT reads */
+	uint8_t *p = em_alloc_io(n); /* fit for O_DIRECT reads */
 	if (!p)
 		return EMBER_ENOMEM;
 	em_free(*buf, *cap);

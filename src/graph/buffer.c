@@ -820,7 +820,9 @@ int ember_graph_buffer_open(ember_graph *g, const ember_graph_buffer_options *op
 		b->ents[i].bucket = GRAPH_NONE;
 	for (uint32_t i = 0; i < b->nslots; i++) {
 		b->slots[i].part = GRAPH_NONE;
-		b->slots[i].data = em_alloc(b->slot_bytes ? b->slot_bytes : 4);
+		/* huge pages from 2 MiB up: the store's copy in, the scatter-add and the
+		 * gathers touch rows all over the slots, and 4 KiB pages miss the TLB */
+		b->slots[i].data = em_alloc_io(b->slot_bytes ? b->slot_bytes : 4);
 		if (!b->slots[i].data) {
 			rc = EMBER_ENOMEM;
 			goto undo_buffer;

@@ -9,8 +9,8 @@
  *      store's directory (4 MiB requests into huge pages, as the store's large reads
  *      use) -> write and read bandwidth; probed again after the epoch, and the
  *      floor takes the mean time per byte of the two, since the device drifts;
- *   3. an epoch of an ordering (BETA by default) over a buffer of c partitions (+1
- *      prefetch slot), node data >= 4x the buffer: per batch of edges, a synthetic
+ *   3. an epoch of an ordering (BETA by default) over a buffer of c partitions (+2
+ *      prefetch slots), node data >= 4x the buffer: per batch of edges, a synthetic
  *      compute time (sleep, as a GPU step would leave the CPU to the buffer's
  *      threads) and a scatter-add of both ends' rows (all partitions go dirty),
  *      handed to the buffer's updater thread (ember_graph_buffer_update_async: the
@@ -220,7 +220,7 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: ember-graph-epoch [--dir DIR] [--scale 19] [--edge-factor 8] [--partitions 32]\n"
-		"         [--capacity 4] [--prefetch 1] [--chunk-kib 4096] [--dim 64] [--batch 10000] [--compute-ms 2] [--comet]\n"
+		"         [--capacity 4] [--prefetch 2] [--chunk-kib 4096] [--dim 64] [--batch 10000] [--compute-ms 2] [--comet]\n"
 		"         [--sync-updates]\n"
 		"         [--seed 1] [--probe-mib 512] [--sample-seconds 2] [--json FILE]\n");
 	exit(2);
@@ -229,7 +229,7 @@ static void usage(void)
 int main(int argc, char **argv)
 {
 	struct cfg c = {.scale = 19, .edge_factor = 8, .partitions = 32, .capacity = 4, .dim = 64,
-			.batch = 10000, .prefetch = 1, .seed = 1, .compute_ms = 2.0, .probe_bytes = 512ull << 20,
+			.batch = 10000, .prefetch = 2, .seed = 1, .compute_ms = 2.0, .probe_bytes = 512ull << 20,
 			.sample_seconds = 2.0};
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;

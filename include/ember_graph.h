@@ -462,11 +462,13 @@ typedef struct ember_graph_buffer_options {
 	uint32_t reserved;
 	/* Bytes the buffer may hold: slots (partition_size x dim x 4 each), edge buckets
 	 * (12 bytes per edge) and their views (8 bytes per edge + 8 per node per bucket),
-	 * and the shuffled examples (16 bytes per edge of the largest state: its
-	 * array and the next state's, built ahead). Open fails with
-	 * EMBER_ENOSPC if c slots do not fit; fewer prefetch slots are used when they
-	 * do not all fit; set_plan fails with EMBER_ENOSPC if a plan's edges do not.
-	 * 0: no limit. */
+	 * the shuffled examples (16 bytes per edge of the largest state: its array and
+	 * the next state's, built ahead), the training nodes (4 bytes each) and
+	 * update_async's row pointers (8 bytes per node of its largest call). Open
+	 * fails with EMBER_ENOSPC if c slots do not fit; fewer prefetch slots are used
+	 * when they do not all fit; set_plan fails with EMBER_ENOSPC if a plan's edges
+	 * do not, and reads buckets as many states ahead as there are prefetch slots
+	 * only when those fit too (else one state ahead). 0: no limit. */
 	uint64_t memory_budget;
 	/* Seed of the example shuffles. */
 	uint64_t seed;
@@ -588,7 +590,9 @@ int ember_graph_buffer_update(ember_graph_buffer *b, size_t n, const uint64_t *n
  * arrays, or calls update_sync before reusing one. Updates land in call order, as
  * if each were applied at its call. The time the trainer spends waiting for one is
  * stats.update_wait_seconds. Uses n x 8 bytes of the buffer's memory (counted in
- * memory_bytes, not in memory_budget).
+ * memory_bytes and memory_budget): where the budget leaves no room for them beside
+ * what the plan may hold at its peak, the update is applied in the call instead,
+ * as ember_graph_buffer_update does (and stats.updates_async does not count it).
  */
 int ember_graph_buffer_update_async(ember_graph_buffer *b, size_t n, const uint64_t *nodes,
 				    const float *rows, int mode);

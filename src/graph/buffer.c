@@ -44,14 +44,20 @@
  *   6. Slot memory is nslots x slot_bytes, fixed at open; held buckets and the
  *      example arrays (two: the current state's and the next one's, built ahead)
  *      are checked against memory_budget at set_plan (the union of a state's and
- *      the next state's buckets, the peak of any two neighbours).
+ *      the next state's buckets, the peak of any two neighbours). Buckets are read
+ *      bucket_ahead states ahead: the horizon in training mode when the largest
+ *      window of horizon + 1 states' buckets passes the same check, else 1.
+ *   7. Held buckets belong to states k .. k+bucket_ahead only (next_state frees
+ *      the others, all READY: k waited for its own), so nents = (max(horizon, 1)
+ *      + 1) x c^2 entries always suffice.
  *
  * Pipeline of next_state(k): evict what neither state k nor the states read ahead
  * for (k+1 .. k+H, H = the extra slots) hold (dirty ones go to the writer) ->
  * schedule loads of what state k lacks (normally nothing: it was prefetched; if no
  * slot is free, a partition kept for a later state is evicted, the one needed
- * last) -> schedule state k+1's buckets and the partitions of k+1, k+2, ... into
- * free slots while they last -> wait for state k -> build its examples. The reader takes
+ * last) -> schedule the buckets of states k+1 .. k+bucket_ahead and the partitions
+ * of k+1, k+2, ... into free slots while they last -> wait for state k -> build its
+ * examples. The reader takes
  * every queued load at once and issues one ember_get_batch over all their chunks.
  */
 #include "graph/graph_int.h"
@@ -522,7 +528,7 @@ static int schedule_bucket(ember_graph_buffer *b, uint32_t bucket)
 		b->bucket_ent[bucket] = i;
 		return 0;
 	}
-	return EMBER_ENOSPC; /* cannot happen: 2 c^2 entries cover two states */
+	return EMBER_ENOSPC; /* cannot happen: nents covers states k .. k+ahead */
 }
 
 static void evict(ember_graph_buffer *b, struct slot *sl);
@@ -619,13 +625,25 @@ static int schedule_buckets(ember_graph_buffer *b, int64_t k)
 	return 0;
 }
 
-/* Read ahead after entering state k: the next state's buckets, and the partitions
- * of states k+1, k+2, ... while free slots last (within the horizon). */
+/* Does a state the buffer holds buckets for (k .. k+bucket_ahead) need bucket? */
+static bool bucket_wanted(const ember_graph_buffer *b, int64_t k, uint32_t bucket)
+{
+	for (int64_t j = k; j <= k + b->bucket_ahead; j++)
+		if (state_needs(b, j, bucket))
+			return true;
+	return false;
+}
+
+/* Read ahead after entering state k: the buckets of states k+1 .. k+bucket_ahead,
+ * and the partitions of states k+1, k+2, ... while free slots last (within the
+ * horizon). */
 static int prefetch_after(ember_graph_buffer *b, int64_t k)
 {
 	if (k + 1 >= b->nstates)
 		return 0;
-	int rc = schedule_buckets(b, k + 1);
+	int rc = 0;
+	for (int64_t j = k + 1; rc == 0 && j <= k + b->bucket_ahead && j < b->nstates; j++)
+		rc = schedule_buckets(b, j);
 	for (int64_t j = k + 1; rc == 0 && j < b->nstates && j <= k + (horizon(b) ? horizon(b) : 1); j++) {
 		int got = schedule_parts(b, j, false);
 		if (got <= 0)
@@ -794,7 +812,8 @@ int ember_graph_buffer_open(ember_graph *g, const ember_graph_buffer_options *op
 			extra = (uint32_t)fit;
 	}
 	b->nslots = b->c + extra;
-	b->nents = 2 * b->c * b->c;
+	b->nents = ((extra ? extra : 1) + 1) * b->c * b->c;
+	b->bucket_ahead = 1;
 	uint64_t pp = (uint64_t)b->p * b->p;
 	b->slots = em_zalloc(b->nslots * sizeof(*b->slots));
 	b->part_slot = em_alloc(b->p * 4);
@@ -1035,10 +1054,34 @@ int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *p
 		if (u > max_union)
 			max_union = u;
 	}
-	if (b->budget && b->slot_bytes * b->nslots + max_union + 8 * (2 * max_ex + max_nodes) > b->budget) {
+	/* besides buckets and examples, the budget holds the slots, the training nodes
+	 * (load_train) and update_async's row pointers (upd_cap; update.c keeps their
+	 * growth within the budget) */
+	uint64_t fixed = b->slot_bytes * b->nslots + b->g->meta.train_nodes * 4 +
+			 b->upd_cap * sizeof(float *);
+	if (b->budget && fixed + max_union + 8 * (2 * max_ex + max_nodes) > b->budget) {
 		rc = EMBER_ENOSPC;
 		goto undo_mem;
 	}
+	/* buckets further ahead (training mode, where a bucket belongs to one state):
+	 * the states of the horizon, when the largest window of that many states'
+	 * buckets fits the budget too; else the next state's only */
+	uint32_t ahead = 1, horizon_n = b->nslots - c;
+	if (!b->all_edges && horizon_n > 1) {
+		uint64_t max_win = 0;
+		for (uint32_t k = 0; k < ns; k++) {
+			uint64_t w = 0;
+			for (uint32_t j = k; j <= k + horizon_n && j < ns; j++)
+				w += ex_bytes[j];
+			if (w > max_win)
+				max_win = w;
+		}
+		if (!b->budget || fixed + max_win + 8 * (2 * max_ex + max_nodes) <= b->budget) {
+			ahead = horizon_n;
+			max_union = max_win;
+		}
+	}
+	uint64_t need = fixed - b->upd_cap * sizeof(float *) + max_union + 8 * (2 * max_ex + max_nodes);
 	if (max_ex > b->ex_cap) {
 		/* no examples are being built ahead: the last state asked for none */
 		uint64_t *ex = em_alloc(max_ex * 8), *ex2 = em_alloc(max_ex * 8);
@@ -1082,6 +1125,8 @@ int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *p
 	states = NULL;
 	bstate = first = NULL;
 	b->nstates = ns;
+	b->bucket_ahead = ahead;
+	b->plan_need = need;
 	b->cur = -1;
 	b->have_plan = true;
 	rc = b->error;
@@ -1195,7 +1240,7 @@ int ember_graph_buffer_next_state(ember_graph_buffer *b, ember_graph_state *st)
 	}
 	for (uint32_t i = 0; i < b->nents; i++) {
 		struct bucket_ent *e = &b->ents[i];
-		if (e->bucket != GRAPH_NONE && e->state == BK_READY && !state_needs(b, k, e->bucket))
+		if (e->bucket != GRAPH_NONE && e->state == BK_READY && !bucket_wanted(b, k, e->bucket))
 			bucket_free(b, e);
 	}
 	if (b->have_state) {

@@ -180,7 +180,12 @@ struct ember_graph_buffer {
 	struct slot *slots;
 	uint32_t *part_slot;  /* p: slot holding (or loading) the partition, GRAPH_NONE */
 	struct bucket_ent *ents;
-	uint32_t nents;
+	uint32_t nents;       /* (max(horizon, 1) + 1) x c^2: the states k .. k+ahead */
+	uint64_t plan_need;   /* memory set_plan's budget check counted for the plan,
+				  all but update_async's row pointers (trainer only) */
+	uint32_t bucket_ahead; /* states after the current one whose buckets are read
+				  ahead: the horizon when the plan's budget check
+				  allows it (training mode), else 1 (set_plan) */
 	uint32_t *bucket_ent; /* p*p: entry of a held bucket, GRAPH_NONE */
 
 	/* the plan */

@@ -375,6 +375,11 @@ int ember_graph_buffer_update_async(ember_graph_buffer *b, size_t n, const uint6
 		return 0;
 	if (n > b->upd_cap) {
 		size_t cap = n < 1024 ? 1024 : n;
+		/* the row pointers count against memory_budget beside all the plan may
+		 * hold at its peak (plan_need): where that leaves no room for them, the
+		 * update is applied in this call instead */
+		if (b->budget && b->plan_need + cap * sizeof(float *) > b->budget)
+			return ember_graph_buffer_update(b, n, nodes, rows, mode);
 		float **rp = em_alloc(cap * sizeof(float *));
 		if (!rp)
 			return EMBER_ENOMEM;

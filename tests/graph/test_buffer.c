@@ -4,8 +4,11 @@
  *   degree     a trainer adds 1 to the row of both ends of every edge it is given;
  *              after E epochs (a new random plan each) and a flush, every node's
  *              stored row equals E x its degree. Buffer of c = p/4 partitions with
- *              write-back on; run with 0, 1 and 3 prefetch slots, and with every
- *              in-buffer bucket held (ALL_EDGES).
+ *              write-back on; run with 0, 1 and 3 prefetch slots (with 3, buckets
+ *              are read 3 states ahead), and with every in-buffer bucket held
+ *              (ALL_EDGES).
+ *   budget     at the smallest memory budget set_plan accepts (bisection), an
+ *              epoch with 2 prefetch slots stays within it.
  *   examples   each epoch returns every edge exactly once, from a state that holds
  *              both its partitions and is the state its bucket is assigned to.
  *   read-only  updates are dropped: the store keeps its rows, and nothing is written.
@@ -294,6 +297,59 @@ static void test_degree(struct graph_fixture *fx, uint32_t prefetch, uint32_t fl
 	      "every eviction was dirty here (written %llu, clean %llu)",
 	      (unsigned long long)st.partitions_written, (unsigned long long)st.clean_evictions);
 	check_rows(fx, dim, times_before + epochs);
+}
+
+/* The smallest memory budget (above the slots) that set_plan accepts, found by
+ * bisection, holds an epoch with 2 prefetch slots in training mode: the buckets read
+ * ahead for later states must not push the peak over it (at this budget only the
+ * next state's buckets fit beside the current ones). */
+static void test_tight_budget(struct graph_fixture *fx, uint64_t times_before)
+{
+	const uint32_t dim = 8, c = fx->p / 4, prefetch = 2;
+	ember_graph_info gi;
+	CHECK_OK(ember_graph_info_get(fx->g, &gi));
+	uint64_t slot_total = gi.partition_size * gi.dim * 4 * (c + prefetch);
+	tg_plan tp;
+	tg_plan_make(&tp, fx->p, c, tu_rng_global());
+	ember_graph_buffer_options bo;
+	ember_graph_buffer_options_default(&bo);
+	bo.capacity = c;
+	bo.prefetch_slots = prefetch;
+	bo.seed = tu_rng_next(tu_rng_global());
+	uint64_t lo = 0, hi = 64u << 20; /* set_plan refuses slot_total + lo, accepts + hi */
+	for (int first = 1; lo + 1 < hi; first = 0) {
+		uint64_t mid = first ? hi : lo + (hi - lo) / 2;
+		ember_graph_buffer *b = NULL;
+		bo.memory_budget = slot_total + mid;
+		CHECK_OK(ember_graph_buffer_open(fx->g, &bo, &b));
+		int rc = ember_graph_buffer_set_plan(b, &tp.plan);
+		CHECK_OK(ember_graph_buffer_close(b));
+		if (first) {
+			CHECK(rc == 0, "set_plan with %llu bytes over the slots: %s",
+			      (unsigned long long)mid, ember_strerror(rc));
+			hi = mid;
+			continue;
+		}
+		CHECK(rc == 0 || rc == EMBER_ENOSPC, "set_plan: %s", ember_strerror(rc));
+		if (rc == 0)
+			hi = mid;
+		else
+			lo = mid;
+	}
+	bo.memory_budget = slot_total + hi;
+	ember_graph_buffer *b = NULL;
+	CHECK_OK(ember_graph_buffer_open(fx->g, &bo, &b));
+	run_epoch(fx, b, &tp, dim, UPD_ASYNC);
+	ember_graph_buffer_stats st;
+	CHECK_OK(ember_graph_buffer_stats_get(b, &st));
+	CHECK_OK(ember_graph_buffer_close(b));
+	printf("  tightest budget: slots + %llu bytes, peak %llu of %llu\n", (unsigned long long)hi,
+	       (unsigned long long)st.memory_peak, (unsigned long long)bo.memory_budget);
+	CHECK(st.slots == c + prefetch, "slots %u", st.slots);
+	CHECK(st.memory_peak <= bo.memory_budget, "memory peak %llu over the budget %llu",
+	      (unsigned long long)st.memory_peak, (unsigned long long)bo.memory_budget);
+	tg_plan_free(&tp);
+	check_rows(fx, dim, times_before + 1);
 }
 
 static void test_read_only(struct graph_fixture *fx, uint64_t times)
@@ -601,6 +657,10 @@ int main(int argc, char **argv)
 	test_degree(&fx, 1, 0, UPD_ASYNC, 2, times);
 	times += 2;
 	test_degree(&fx, EMBER_GRAPH_BUFFER_NO_PREFETCH, 0, UPD_ASYNC, 1, times);
+	times += 1;
+	test_degree(&fx, 3, 0, UPD_ASYNC, 1, times); /* buckets read 3 states ahead */
+	times += 1;
+	test_tight_budget(&fx, times);
 	times += 1;
 	test_degree(&fx, 3, EMBER_GRAPH_BUFFER_ALL_EDGES, UPD_SYNC, 1, times);
 	times += 1;

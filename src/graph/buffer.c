@@ -68,8 +68,6 @@
 #include "core/alloc.h"
 #include "core/rng.h"
 
-#define EX_SHIFT GRAPH_EX_SHIFT
-#define EX_MASK ((1ull << EX_SHIFT) - 1)
 
 /* ---- small helpers -------------------------------------------------------------- */
 
@@ -706,6 +704,8 @@ static void buffer_free(ember_graph_buffer *b)
 	em_free(b->cur_bk, 0);
 	em_free(b->examples, 0);
 	em_free(b->ex_next, 0);
+	em_free(b->ex_base, 0);
+	em_free(b->ex_base_next, 0);
 	em_free(b->prep_list, 0);
 	em_free(b->train_all, 0);
 	em_free(b->train_off, 0);
@@ -824,8 +824,11 @@ int ember_graph_buffer_open(ember_graph *g, const ember_graph_buffer_options *op
 	b->cur_data = em_zalloc(b->c * sizeof(float *));
 	b->cur_bk = em_zalloc((size_t)b->c * b->c * sizeof(void *));
 	b->prep_list = em_alloc((size_t)b->c * b->c * sizeof(*b->prep_list));
+	b->ex_base = em_alloc((size_t)b->c * b->c * sizeof(*b->ex_base));
+	b->ex_base_next = em_alloc((size_t)b->c * b->c * sizeof(*b->ex_base_next));
 	if (!b->slots || !b->part_slot || !b->ents || !b->bucket_ent || !b->cur_parts ||
-	    !b->part_pos || !b->cur_data || !b->cur_bk || !b->prep_list) {
+	    !b->part_pos || !b->cur_data || !b->cur_bk || !b->prep_list || !b->ex_base ||
+	    !b->ex_base_next) {
 		rc = EMBER_ENOMEM;
 		goto undo_buffer;
 	}
@@ -1054,12 +1057,14 @@ int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *p
 		if (u > max_union)
 			max_union = u;
 	}
+	/* the example arrays: the current state's and the next one's, and the nodes */
+	uint64_t ex_mem = 2 * max_ex * sizeof(struct graph_example) + 8 * max_nodes;
 	/* besides buckets and examples, the budget holds the slots, the training nodes
 	 * (load_train) and update_async's row pointers (upd_cap; update.c keeps their
 	 * growth within the budget) */
 	uint64_t fixed = b->slot_bytes * b->nslots + b->g->meta.train_nodes * 4 +
 			 b->upd_cap * sizeof(float *);
-	if (b->budget && fixed + max_union + 8 * (2 * max_ex + max_nodes) > b->budget) {
+	if (b->budget && fixed + max_union + ex_mem > b->budget) {
 		rc = EMBER_ENOSPC;
 		goto undo_mem;
 	}
@@ -1076,15 +1081,16 @@ int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *p
 			if (w > max_win)
 				max_win = w;
 		}
-		if (!b->budget || fixed + max_win + 8 * (2 * max_ex + max_nodes) <= b->budget) {
+		if (!b->budget || fixed + max_win + ex_mem <= b->budget) {
 			ahead = horizon_n;
 			max_union = max_win;
 		}
 	}
-	uint64_t need = fixed - b->upd_cap * sizeof(float *) + max_union + 8 * (2 * max_ex + max_nodes);
+	uint64_t need = fixed - b->upd_cap * sizeof(float *) + max_union + ex_mem;
 	if (max_ex > b->ex_cap) {
 		/* no examples are being built ahead: the last state asked for none */
-		uint64_t *ex = em_alloc(max_ex * 8), *ex2 = em_alloc(max_ex * 8);
+		struct graph_example *ex = em_alloc(max_ex * sizeof(*ex)),
+				     *ex2 = em_alloc(max_ex * sizeof(*ex2));
 		if (!ex || !ex2) {
 			em_free(ex, 0);
 			em_free(ex2, 0);
@@ -1094,7 +1100,7 @@ int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *p
 		em_free(b->examples, 0);
 		em_free(b->ex_next, 0);
 		pthread_mutex_lock(&b->mu);
-		graph_mem_add(b, (int64_t)(max_ex - b->ex_cap) * 16);
+		graph_mem_add(b, (int64_t)(max_ex - b->ex_cap) * 2 * (int64_t)sizeof(*ex));
 		pthread_mutex_unlock(&b->mu);
 		b->examples = ex;
 		b->ex_next = ex2;
@@ -1291,18 +1297,13 @@ int ember_graph_buffer_next_batch(ember_graph_buffer *b, ember_graph_edge *out, 
 	if (!b->have_state)
 		return EMBER_ESTATE;
 	size_t k = 0;
+	/* the examples were gathered when they were built: a sequential pass */
 	while (k < cap && b->ex_pos < b->nexamples) {
-		if (b->ex_pos + 8 < b->nexamples) { /* shuffled: the edges are scattered */
-			uint64_t y = b->examples[b->ex_pos + 8];
-			__builtin_prefetch(b->ents[y >> EX_SHIFT].edges + 3 * (y & EX_MASK));
-		}
-		uint64_t x = b->examples[b->ex_pos++];
-		const struct bucket_ent *e = &b->ents[x >> EX_SHIFT];
-		const uint32_t *r = e->edges + 3 * (x & EX_MASK);
-		out[k++] = (ember_graph_edge){
-			.src = (uint64_t)(e->bucket / b->p) * b->ps + r[0],
-			.dst = (uint64_t)(e->bucket % b->p) * b->ps + r[2],
-			.rel = r[1]};
+		const struct graph_example *x = &b->examples[b->ex_pos++];
+		const struct graph_ex_base *base = &b->ex_base[x->t];
+		out[k++] = (ember_graph_edge){.src = base->src + x->src,
+					      .dst = base->dst + x->dst,
+					      .rel = x->rel};
 	}
 	*n = k;
 	return 0;

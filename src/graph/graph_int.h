@@ -103,8 +103,17 @@ int graph_read_chunks(ember_graph *g, ember_session *s, int kind, uint32_t a, ui
 /* ---- the buffer (buffer.c; read by sampler.c) --------------------------------------- */
 
 #define GRAPH_NONE UINT32_MAX
-/* A training example: bucket entry << GRAPH_EX_SHIFT | edge index in the bucket. */
-#define GRAPH_EX_SHIFT 40
+/* A training example, gathered from its bucket when the state's examples are built
+ * (ahead, by the updater), so next_batch reads them in order: local ids of both
+ * ends, the relation, and t, the index of its bucket in the state's base table. */
+struct graph_example {
+	uint32_t src, dst, rel, t;
+};
+
+/* First node ids of a bucket's two partitions (i * ps, j * ps). */
+struct graph_ex_base {
+	uint64_t src, dst;
+};
 /* Reader threads: a second one starts the next loads while the first one's batch is
  * still in flight (and overlaps one batch's copies with the other's I/O). */
 #define GRAPH_READERS 2
@@ -202,11 +211,14 @@ struct ember_graph_buffer {
 	int32_t *part_pos;      /* p: position in cur_parts, or -1 */
 	float **cur_data;       /* c: slot data of cur_parts[i] */
 	struct bucket_ent **cur_bk; /* c x c: bucket (cur_parts[i], cur_parts[j]) or NULL */
-	uint64_t *examples;     /* entry index << 40 | edge index, shuffled */
+	struct graph_example *examples; /* this state's, shuffled */
+	struct graph_ex_base *ex_base;  /* c * c: examples[].t -> its bucket's bases */
 	uint64_t nexamples, ex_pos, ex_cap;
 	/* the next state's examples, built ahead by the updater thread (update.c,
-	 * "Examples ahead"; under mu but ex_next's contents and prep_list) */
-	uint64_t *ex_next;      /* ex_cap */
+	 * "Examples ahead"; under mu but ex_next's and ex_base_next's contents and
+	 * prep_list) */
+	struct graph_example *ex_next; /* ex_cap */
+	struct graph_ex_base *ex_base_next; /* c * c */
 	uint64_t nex_next;
 	int64_t prep_want;      /* state the updater is asked to build, -1 */
 	int64_t prep_done;      /* state whose examples ex_next holds, -1 */

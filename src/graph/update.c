@@ -35,9 +35,11 @@
  *       when neither prep_busy nor prep_want names the state; states are built in
  *       order, so ex_rng gives the same shuffles whoever builds (it changes hands
  *       under mu).
- *   E2. A build reads only the entries' indices and counts (collected under mu
- *       while READY) and writes ex_next, which the trainer touches only at the
- *       swap, when no build runs. The entries stay until next_state(k+2).
+ *   E2. A build reads the entries (collected under mu while READY; a READY
+ *       entry's bucket and edges do not change) and writes ex_next and
+ *       ex_base_next, which the trainer touches only at the swap, when no build
+ *       runs. The entries stay until next_state(k+2). The examples hold copies of
+ *       the edges, so next_batch reads no entry.
  *
  * Invariants of the updates:
  *   1. update_async sets a job (and fills upd_rowp) only when IDLE (it drains
@@ -64,6 +66,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/rng.h"
 
 /* Rows resolved ahead of their add: far enough for an L3 or DRAM access to land. */
 #define UPD_AHEAD 16u
@@ -178,16 +181,28 @@ static bool prep_collect(ember_graph_buffer *b, int64_t k, uint32_t *n)
 	return true;
 }
 
-/* The examples of prep_list[0..n) into out, shuffled; returns how many. */
-static uint64_t prep_fill(ember_graph_buffer *b, uint32_t n, uint64_t *out)
+/* The examples of prep_list[0..n) gathered into out (a sequential pass over each
+ * bucket's edges) and shuffled, their buckets' bases into base; returns how many. */
+static uint64_t prep_fill(ember_graph_buffer *b, uint32_t n, struct graph_example *out,
+			  struct graph_ex_base *base)
 {
 	uint64_t m = 0;
 	for (uint32_t t = 0; t < n; t++) {
-		uint64_t hi = b->prep_list[t].entry << GRAPH_EX_SHIFT;
-		for (uint64_t x = 0; x < b->prep_list[t].count; x++)
-			out[m++] = hi | x;
+		const struct bucket_ent *e = &b->ents[b->prep_list[t].entry];
+		base[t] = (struct graph_ex_base){(uint64_t)(e->bucket / b->p) * b->ps,
+						 (uint64_t)(e->bucket % b->p) * b->ps};
+		const uint32_t *r = e->edges;
+		for (uint64_t x = 0; x < b->prep_list[t].count; x++, r += 3)
+			out[m++] = (struct graph_example){r[0], r[2], r[1], t};
 	}
-	graph_shuffle64(b->ex_rng, out, m);
+	/* the same draws as a shuffle of 8-byte indices made: a seed gives the same
+	 * order whoever builds (E1) */
+	for (uint64_t i = m; i > 1; i--) {
+		uint64_t j = em_rng_below(b->ex_rng, i);
+		struct graph_example tmp = out[i - 1];
+		out[i - 1] = out[j];
+		out[j] = tmp;
+	}
 	return m;
 }
 
@@ -197,7 +212,7 @@ static void prep_build(ember_graph_buffer *b, uint32_t n)
 	int64_t k = b->prep_want;
 	b->prep_busy = true;
 	pthread_mutex_unlock(&b->mu);
-	uint64_t m = prep_fill(b, n, b->ex_next);
+	uint64_t m = prep_fill(b, n, b->ex_next, b->ex_base_next);
 	pthread_mutex_lock(&b->mu);
 	b->nex_next = m;
 	b->prep_busy = false;
@@ -213,9 +228,12 @@ void graph_examples_enter(ember_graph_buffer *b, int64_t k)
 		pthread_cond_wait(&b->cv_done, &b->mu);
 	b->ex_pos = 0;
 	if (b->prep_done == k) {
-		uint64_t *t = b->examples;
+		struct graph_example *t = b->examples;
 		b->examples = b->ex_next;
 		b->ex_next = t;
+		struct graph_ex_base *tb = b->ex_base;
+		b->ex_base = b->ex_base_next;
+		b->ex_base_next = tb;
 		b->nexamples = b->nex_next;
 		b->prep_done = -1;
 		return;
@@ -226,7 +244,7 @@ void graph_examples_enter(ember_graph_buffer *b, int64_t k)
 	/* every bucket state k trains is READY (next_state waited: buffer.c
 	 * invariant 3), so the collection succeeds */
 	bool ready = prep_collect(b, k, &n);
-	b->nexamples = ready ? prep_fill(b, n, b->examples) : 0;
+	b->nexamples = ready ? prep_fill(b, n, b->examples, b->ex_base) : 0;
 }
 
 void graph_examples_ahead(ember_graph_buffer *b, int64_t k)

@@ -463,8 +463,9 @@ typedef struct ember_graph_buffer_options {
 	/* Bytes the buffer may hold: slots (partition_size x dim x 4 each), edge buckets
 	 * (12 bytes per edge) and their views (8 bytes per edge + 8 per node per bucket),
 	 * the shuffled examples (32 bytes per edge of the largest state: its array and
-	 * the next state's, built ahead, 16 bytes an example), the training nodes (4 bytes each) and
-	 * update_async's row pointers (8 bytes per node of its largest call). Open
+	 * the next state's, built ahead, 16 bytes an example), the training nodes (4
+	 * bytes each) and update_async's row pointers (8 bytes per node of its largest
+	 * call). Open
 	 * fails with EMBER_ENOSPC if c slots do not fit; fewer prefetch slots are used
 	 * when they do not all fit; set_plan fails with EMBER_ENOSPC if a plan's edges
 	 * do not, and reads buckets as many states ahead as there are prefetch slots

@@ -57,8 +57,8 @@
  * slot is free, a partition kept for a later state is evicted, the one needed
  * last) -> schedule the buckets of states k+1 .. k+bucket_ahead and the partitions
  * of k+1, k+2, ... into free slots while they last -> wait for state k -> build its
- * examples. The reader takes
- * every queued load at once and issues one ember_get_batch over all their chunks.
+ * examples. The reader takes every queued load at once and issues one
+ * ember_get_batch over all their chunks.
  */
 #include "graph/graph_int.h"
 
@@ -67,7 +67,6 @@
 
 #include "core/alloc.h"
 #include "core/rng.h"
-
 
 /* ---- small helpers -------------------------------------------------------------- */
 

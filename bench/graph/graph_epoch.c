@@ -672,7 +672,8 @@ int main(int argc, char **argv)
 				   "\"update_wait_s\": %.3f, \"update_apply_s\": %.3f, \"next_state_s\": %.3f, "
 				   "\"next_batch_s\": %.3f, \"states_prepared\": %llu, \"sync_updates\": %d, "
 				   "\"epoch_cpu_s\": %.3f, \"load_avg\": %.2f, \"io_floor_mixed_s\": %.3f, "
-				   "\"epoch_over_mixed_bound\": %.3f}\n",
+				   "\"epoch_over_mixed_bound\": %.3f, \"store_log_mib\": %u, \"store_mutable\": %.2f, "
+				   "\"disk_moved_read\": %llu, \"disk_moved_written\": %llu, \"disk_busy_s\": %.3f}\n",
 				c.scale, (unsigned long long)gi.num_nodes, (unsigned long long)gi.num_edges, c.dim,
 				c.partitions, c.capacity, st.slots, c.comet ? "comet" : "beta", t_import, wbw, rbw,
 				(unsigned long long)oi.swaps, (unsigned long long)oi.lower_bound,
@@ -682,7 +683,10 @@ int main(int argc, char **argv)
 				st.wait_seconds / t_epoch, (double)sampled / t_sample, floor_par,
 				st.slots - c.capacity, st.update_wait_seconds, st.update_seconds, t_state,
 				t_batch, (unsigned long long)st.states_prepared, c.sync_updates, cpu_epoch,
-				load_avg(), floor_mixed, bound_mixed > 0 ? t_epoch / bound_mixed : 0);
+				load_avg(), floor_mixed, bound_mixed > 0 ? t_epoch / bound_mixed : 0, c.store_mib,
+				c.store_mutable, (unsigned long long)(prd1 - prd0),
+				(unsigned long long)(pwr1 - pwr0),
+				busy0 >= 0 && busy1 >= busy0 ? (double)(busy1 - busy0) / 1e3 : -1.0);
 			fclose(f);
 		}
 	}

@@ -181,26 +181,61 @@ static void rmat(const char *path, uint32_t scale, uint64_t m)
 	}
 }
 
-/* The mixed probe's writer: `bytes` of sequential O_DIRECT 4 MiB writes, synced. */
+/* A probe's 4 MiB request buffer of random bytes, on huge pages as the store's own
+ * large reads use (em_alloc_io): a direct read into 4 KiB pages is split into many
+ * requests and the device looks slower. NULL if refused. */
+static void *probe_buf(void)
+{
+	void *buf = NULL;
+	if (posix_memalign(&buf, 2u << 20, 4u << 20))
+		return NULL;
+	(void)madvise(buf, 4u << 20, MADV_HUGEPAGE);
+	for (size_t i = 0; i < (4u << 20) / 8; i++)
+		((uint64_t *)buf)[i] = rnext();
+	return buf;
+}
+
+/* `bytes` of sequential O_DIRECT 4 MiB writes to a new file, synced: 1 if all went. */
+static int probe_write(const char *path, uint64_t bytes, const void *buf)
+{
+	int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY | O_DIRECT, 0600);
+	if (fd < 0)
+		return 0;
+	uint64_t o = 0;
+	for (; o < bytes; o += 4u << 20)
+		if (pwrite(fd, buf, 4u << 20, (off_t)o) != (ssize_t)(4u << 20))
+			break;
+	int ok = o >= bytes && fdatasync(fd) == 0;
+	close(fd);
+	return ok;
+}
+
+/* `bytes` of sequential O_DIRECT 4 MiB reads: 1 if all went. */
+static int probe_read(const char *path, uint64_t bytes, void *buf)
+{
+	int fd = open(path, O_RDONLY | O_DIRECT);
+	if (fd < 0)
+		return 0;
+	uint64_t o = 0;
+	for (; o < bytes; o += 4u << 20)
+		if (pread(fd, buf, 4u << 20, (off_t)o) != (ssize_t)(4u << 20))
+			break;
+	close(fd);
+	return o >= bytes;
+}
+
+/* The mixed probe's writer thread. */
 struct mixed_writer {
 	const char *path;
 	uint64_t bytes;
-	void *buf;
+	const void *buf;
 	int ok;
 };
 
 static void *mixed_write(void *arg)
 {
 	struct mixed_writer *w = arg;
-	int fd = open(w->path, O_CREAT | O_TRUNC | O_WRONLY | O_DIRECT, 0600);
-	if (fd < 0)
-		return NULL;
-	uint64_t o = 0;
-	for (; o < w->bytes; o += 4u << 20)
-		if (pwrite(fd, w->buf, 4u << 20, (off_t)o) != (ssize_t)(4u << 20))
-			break;
-	w->ok = o >= w->bytes && fdatasync(fd) == 0;
-	close(fd);
+	w->ok = probe_write(w->path, w->bytes, w->buf);
 	return NULL;
 }
 
@@ -216,37 +251,19 @@ static double probe_mixed(const char *dir, uint64_t bytes)
 	char rpath[4200], wpath[4200];
 	snprintf(rpath, sizeof(rpath), "%s/probe-r", dir);
 	snprintf(wpath, sizeof(wpath), "%s/probe-w", dir);
-	const size_t req = 4u << 20;
-	void *rbuf = NULL, *wbuf = NULL;
+	void *rbuf = probe_buf(), *wbuf = probe_buf();
 	double t = -1;
-	if (posix_memalign(&rbuf, 2u << 20, req) || posix_memalign(&wbuf, 2u << 20, req))
+	if (!rbuf || !wbuf || !probe_write(rpath, bytes, wbuf)) /* the file to read */
 		goto out;
-	(void)madvise(rbuf, req, MADV_HUGEPAGE);
-	(void)madvise(wbuf, req, MADV_HUGEPAGE);
-	for (size_t i = 0; i < req / 8; i++)
-		((uint64_t *)wbuf)[i] = rnext();
-	struct mixed_writer w = {rpath, bytes, wbuf, 0};
-	mixed_write(&w); /* the file to read */
-	if (!w.ok)
-		goto out;
-	int fd = open(rpath, O_RDONLY | O_DIRECT);
-	if (fd < 0)
-		goto out;
-	w = (struct mixed_writer){wpath, bytes, wbuf, 0};
+	struct mixed_writer w = {wpath, bytes, wbuf, 0};
 	pthread_t th;
 	double t0 = now();
-	if (pthread_create(&th, NULL, mixed_write, &w) != 0) {
-		close(fd);
+	if (pthread_create(&th, NULL, mixed_write, &w) != 0)
 		goto out;
-	}
-	uint64_t o = 0;
-	for (; o < bytes; o += req)
-		if (pread(fd, rbuf, req, (off_t)o) != (ssize_t)req)
-			break;
+	int rok = probe_read(rpath, bytes, rbuf);
 	pthread_join(th, NULL);
 	double el = now() - t0;
-	close(fd);
-	if (o >= bytes && w.ok)
+	if (rok && w.ok)
 		t = el;
 out:
 	unlink(rpath);
@@ -261,36 +278,17 @@ static void probe_disk(const char *dir, uint64_t bytes, double *wbw, double *rbw
 {
 	char path[4200];
 	snprintf(path, sizeof(path), "%s/probe", dir);
-	const size_t req = 4u << 20;
-	void *buf = NULL;
 	*wbw = *rbw = 0;
-	/* huge pages, as the store's own large reads use (em_alloc_io): a direct read
-	 * into 4 KiB pages is split into many requests and the device looks slower */
-	if (posix_memalign(&buf, 2u << 20, req))
+	void *buf = probe_buf();
+	if (!buf)
 		return;
-	(void)madvise(buf, req, MADV_HUGEPAGE);
-	for (size_t i = 0; i < req / 8; i++)
-		((uint64_t *)buf)[i] = rnext();
-	int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY | O_DIRECT, 0600);
-	if (fd < 0) {
-		free(buf);
-		return;
-	}
 	double t0 = now();
-	for (uint64_t o = 0; o < bytes; o += req)
-		if (pwrite(fd, buf, req, (off_t)o) != (ssize_t)req)
-			break;
-	fsync(fd);
-	*wbw = (double)bytes / (now() - t0);
-	close(fd);
-	fd = open(path, O_RDONLY | O_DIRECT);
-	t0 = now();
-	for (uint64_t o = 0; fd >= 0 && o < bytes; o += req)
-		if (pread(fd, buf, req, (off_t)o) != (ssize_t)req)
-			break;
-	*rbw = (double)bytes / (now() - t0);
-	if (fd >= 0)
-		close(fd);
+	if (probe_write(path, bytes, buf)) {
+		*wbw = (double)bytes / (now() - t0);
+		t0 = now();
+		if (probe_read(path, bytes, buf))
+			*rbw = (double)bytes / (now() - t0);
+	}
 	unlink(path);
 	free(buf);
 }

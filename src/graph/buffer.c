@@ -1061,8 +1061,8 @@ int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *p
 	/* besides buckets and examples, the budget holds the slots, the training nodes
 	 * (load_train) and update_async's row pointers (upd_cap; update.c keeps their
 	 * growth within the budget) */
-	uint64_t fixed = b->slot_bytes * b->nslots + b->g->meta.train_nodes * 4 +
-			 b->upd_cap * sizeof(float *);
+	uint64_t plan_fixed = b->slot_bytes * b->nslots + b->g->meta.train_nodes * 4;
+	uint64_t fixed = plan_fixed + b->upd_cap * sizeof(float *);
 	if (b->budget && fixed + max_union + ex_mem > b->budget) {
 		rc = EMBER_ENOSPC;
 		goto undo_mem;
@@ -1085,7 +1085,7 @@ int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *p
 			max_union = max_win;
 		}
 	}
-	uint64_t need = fixed - b->upd_cap * sizeof(float *) + max_union + ex_mem;
+	uint64_t need = plan_fixed + max_union + ex_mem;
 	if (max_ex > b->ex_cap) {
 		/* no examples are being built ahead: the last state asked for none */
 		struct graph_example *ex = em_alloc(max_ex * sizeof(*ex)),

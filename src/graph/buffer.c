@@ -393,16 +393,16 @@ static void *writer_main(void *arg)
 	while (!b->stop && rc == 0) {
 		uint32_t nt = 0;
 		size_t nk = 0;
-		if (b->upd_busy) {
-			/* an asynchronous update may still be writing rows of the slots
-			 * queued here (update.c invariant 3): the updater wakes us */
-			pthread_cond_wait(&b->cv_writer, &b->mu);
-			continue;
-		}
 		for (uint32_t i = 0; i < b->nslots; i++) {
 			struct slot *sl = &b->slots[i];
 			if (!sl->write_queued)
 				continue;
+			if (b->upd_applied < sl->write_after) {
+				/* the update job outstanding at its eviction may still
+				 * add to its rows (update.c invariant 3): the updater
+				 * wakes us when it is applied */
+				continue;
+			}
 			sl->write_queued = false;
 			taken[nt++] = i;
 			uint64_t rows = graph_part_rows(m, sl->write_part);
@@ -906,6 +906,7 @@ static int flush_locked(ember_graph_buffer *b)
 				sl->writing = true;
 				sl->write_part = sl->part;
 				sl->write_queued = true;
+				sl->write_after = b->upd_set;
 			}
 		}
 	pthread_cond_signal(&b->cv_writer);
@@ -1159,6 +1160,7 @@ static void evict(ember_graph_buffer *b, struct slot *sl)
 		sl->writing = true;
 		sl->write_part = sl->part;
 		sl->write_queued = true;
+		sl->write_after = b->upd_set;
 		pthread_cond_signal(&b->cv_writer);
 	} else if (sl->dirty) {
 		sl->valid = false; /* updates dropped: the stored copy is older */

@@ -134,6 +134,9 @@ struct slot {
 	bool write_queued;  /* the writer has not taken it yet */
 	bool load_queued;   /* the reader has not taken it yet */
 	bool need_read;     /* LOADING: read from the store (else a reclaim) */
+	uint64_t write_after; /* queued for writing: the writer takes it once upd_applied
+				 reaches this (the update job outstanding at the
+				 eviction, which may still add to its rows) */
 };
 
 /* One edge bucket held in memory. Guarded like slots; the arrays are written by the
@@ -234,6 +237,8 @@ struct ember_graph_buffer {
 	/* the asynchronous update (update.c; under mu) */
 	struct graph_upd_job upd;
 	bool upd_busy;
+	uint64_t upd_set;        /* jobs handed to the updater so far */
+	uint64_t upd_applied;    /* jobs it has applied (= upd_set when not busy) */
 	float **upd_rowp;        /* upd_cap addresses, the trainer's while not busy */
 	size_t upd_cap;
 	atomic_uint upd_pending; /* = upd_busy, for lock-free readers (update.c, 5) */

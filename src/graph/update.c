@@ -52,9 +52,13 @@
  *      The trainer's data calls (update, update_sync, gather, flush, close) and the
  *      samplers' and device sends' reads drain first. next_state may move on: a
  *      touched slot that stays resident is read only by those calls; an evicted one
- *      is dirty, so it goes to the writer, which takes no write while BUSY
- *      (buffer.c), and no reader refills it before its write ends (buffer.c
- *      invariant 1); with READ_ONLY (evictions write nothing) next_state drains.
+ *      is dirty, so it goes to the writer, which takes it only once the job
+ *      outstanding at the eviction (upd_set then) is applied (upd_applied), and
+ *      no reader refills it before its write ends (buffer.c invariant 1); with
+ *      READ_ONLY (evictions write nothing) next_state drains. Jobs set after the
+ *      eviction target the new state's slots, never the evicted one, so the
+ *      writer need not wait for them (it did: with back-to-back updates it
+ *      starved until the trainer stopped to wait).
  *   4. Slot data arrays live as long as the buffer, so resolved addresses stay
  *      valid across states.
  *   5. upd_pending mirrors upd_busy (stored under mu, release); a reader that loads
@@ -295,6 +299,7 @@ static void *updater_main(void *arg)
 		pthread_mutex_lock(&b->mu);
 		b->st.update_seconds += t1 - t0;
 		b->upd_busy = false;
+		b->upd_applied++;
 		/* release: a sampler that loads 0 without mu sees the rows applied */
 		atomic_store_explicit(&b->upd_pending, 0, memory_order_release);
 		pthread_cond_broadcast(&b->cv_done);
@@ -423,6 +428,7 @@ int ember_graph_buffer_update_async(ember_graph_buffer *b, size_t n, const uint6
 	mark_dirty_locked(b, touched);
 	b->upd = (struct graph_upd_job){.rowp = b->upd_rowp, .rows = rows, .n = n, .mode = mode};
 	b->upd_busy = true;
+	b->upd_set++;
 	/* release: pairs with graph_upd_drain's acquire (a non-zero value sends readers
 	 * to wait under mu) */
 	atomic_store_explicit(&b->upd_pending, 1, memory_order_release);

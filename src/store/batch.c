@@ -119,6 +119,7 @@ int ember_get_batch(ember_session *s, size_t n, const void *const keys[], const 
 			s->blk[ndisk] = (struct lookup){.key = keys[i],
 							.klen = (uint32_t)klens[i],
 							.hint = lookup_want_hint(s, klens[i], caps[i]),
+							.full = lookup_full(klens[i], caps[i]),
 							.phase = LK_HOT,
 							.flags = LK_FILL_RC | lookup_cap_flag(caps[i]),
 							.hash = s->bhash[i],

@@ -20,7 +20,8 @@
  *     next phase), so lookups never queue behind each other for slots.
  *  4. lookups_run calls done exactly once per lookup, even when the ring fails.
  *  5. First reads: FIRST_READ_MIN bytes, or for a caller with a large buffer the
- *     size of the record this session's last such read found (lookup_want_hint,
+ *     size of the record this session's last such read found, or of one that
+ *     fills the buffer if that one filled its own (lookup_want_hint,
  *     store_int.h), so repeated reads of large values cost one disk read each.
  *  6. A chunk copy on disk whose entry for the key is in the cold index's entry
  *     cache (cold_index.h, note 5) is not read: the cold walk starts from the
@@ -367,8 +368,10 @@ static void on_read(struct lookup_run *run, uint32_t idx, int res)
 		goto out;
 	}
 	if (rec_key_eq(r, l->key, l->klen)) {
-		if ((l->flags & LK_BIG_CAP) && size <= (UINT32_MAX >> 2))
+		if ((l->flags & LK_BIG_CAP) && size <= (UINT32_MAX >> 2)) {
 			s->want_hint = (uint32_t)size; /* the next large read's first read */
+			s->want_fill = l->full && size >= l->full;
+		}
 		l->found = l->addr;
 		stat_add(&s->cur->reads[l->phase == LK_HOT ? TIER_HOT_DISK : TIER_COLD_DISK], 1);
 		finish(run, l, 0, r, 0);

@@ -63,6 +63,7 @@ struct lookup {
 	uint64_t addr;  /* next record to read, or LK_FROM_INDEX */
 	uint32_t want;  /* bytes to read from addr's block (0: the default first read) */
 	uint32_t hint;  /* a record's first read when want is 0 (lookup_want_hint; 0: none) */
+	uint32_t full;  /* LK_BIG_CAP: the size of a record that fills the caller's buffer */
 	uint64_t found; /* where the record was found (in the phase's log) */
 	uint64_t entry; /* the cold-index entry the cold walk started from */
 	uint64_t hot_entry; /* the hot index entry seen when the lookup began (LK_FILL_RC) */
@@ -108,6 +109,7 @@ struct ember_session {
 	struct em_ring ring;
 	int ring_broken;  /* the ring failed: its state is unknown, no more disk reads */
 	uint32_t want_hint; /* size of the last record a large-buffer read found (0: none) */
+	int want_fill;      /* ... and it filled the caller's buffer (lookup_want_hint) */
 	struct io_slot *io;
 	uint32_t io_n;
 	uint32_t *io_free;
@@ -131,21 +133,37 @@ struct ember_session {
 };
 
 /*
- * The first read of a user lookup whose buffer is large (over IO_BUF_SIZE): as
- * large as the record this session's last such read found (want_hint), at most a
- * record that fills the buffer. Callers that read large values again and again
- * (the graph buffer's chunks) then pay one disk read per value instead of a header
- * read plus a full read; a caller with a large buffer and small values teaches the
- * session a small size at its first read and wastes nothing after. A wrong guess
- * costs bytes, never correctness: a record larger than the first read is read
- * again whole (lookup.c, on_read). Returns 0 (the default first read) or the size.
+ * The first read of a user lookup whose buffer is large (over IO_BUF_SIZE), from
+ * what this session's last such read found:
+ *  - its record filled the caller's buffer (want_fill): a record that fills this
+ *    buffer, at most WANT_FILL_MAX. Callers that size buffers to their values (the
+ *    graph buffer's partition chunks and edge buckets, read in one batch) pay one
+ *    disk read per value whatever the mix of sizes;
+ *  - else as large as that record (want_hint), at most a record that fills the
+ *    buffer: a caller with large buffers and small values teaches the session a
+ *    small size at its first read and wastes nothing after;
+ *  - no such read yet: 0, the default first read.
+ * A wrong guess costs bytes, never correctness: a record larger than the first read
+ * is read again whole (lookup.c, on_read); a smaller one wastes at most the buffer's
+ * size, or WANT_FILL_MAX, once (the session then learns the small size).
  */
+#define WANT_FILL_MAX (8u << 20)
+
+static inline uint32_t lookup_full(size_t klen, size_t cap)
+{
+	if (cap <= IO_BUF_SIZE || cap > (UINT32_MAX >> 2))
+		return 0;
+	return (uint32_t)(REC_HDR_SIZE + ((klen + 7) & ~(size_t)7) + ((cap + 7) & ~(size_t)7));
+}
+
 static inline uint32_t lookup_want_hint(const struct ember_session *s, size_t klen, size_t cap)
 {
-	if (cap <= IO_BUF_SIZE || cap > (UINT32_MAX >> 2) || !s->want_hint)
+	uint32_t full = lookup_full(klen, cap);
+	if (!full || !s->want_hint)
 		return 0;
-	uint64_t full = REC_HDR_SIZE + ((klen + 7) & ~(size_t)7) + ((cap + 7) & ~(size_t)7);
-	return s->want_hint < full ? s->want_hint : (uint32_t)full;
+	if (s->want_fill)
+		return full < WANT_FILL_MAX ? full : WANT_FILL_MAX;
+	return s->want_hint < full ? s->want_hint : full;
 }
 
 static inline uint8_t lookup_cap_flag(size_t cap) { return cap > IO_BUF_SIZE ? LK_BIG_CAP : 0; }

@@ -4,7 +4,8 @@
  * large buffer learns their size, so each later read of one costs one disk read
  * instead of a header read plus a full read; a large buffer over small values
  * learns the small size; a value larger than what was learnt is still read whole;
- * cold values (chunk, then record) too. Every value read is checked byte for byte,
+ * a caller whose buffers fit its values exactly pays one read per value whatever
+ * the mix of sizes (singly and in one batch); cold values (chunk, then record) too. Every value read is checked byte for byte,
  * and the disk-read counts come from ember_stats (I/O counts, not timing).
  */
 #include <ember.h>
@@ -17,6 +18,8 @@
 #define NBIG 40
 #define NSMALL 64
 #define CAP (256u << 10)
+#define MID (24u << 10)
+#define NMID 16
 
 static void fill(uint8_t *v, size_t n, unsigned key, unsigned gen)
 {
@@ -31,17 +34,23 @@ static uint64_t disk_reads(ember_db *db)
 	return st.disk_reads;
 }
 
-static void get_check(ember_session *s, const char *key, uint8_t *buf, size_t want_len,
-		      unsigned k, unsigned gen)
+static void get_check_cap(ember_session *s, const char *key, uint8_t *buf, size_t cap,
+			  size_t want_len, unsigned k, unsigned gen)
 {
 	size_t vl = 0;
-	int rc = ember_get(s, key, strlen(key), buf, CAP, &vl);
+	int rc = ember_get(s, key, strlen(key), buf, cap, &vl);
 	CHECK(rc == 0, "get %s: %d (%s)", key, rc, ember_strerror(rc));
 	CHECK(vl == want_len, "get %s: length %zu, want %zu", key, vl, want_len);
 	uint8_t *ref = malloc(want_len);
 	fill(ref, want_len, k, gen);
 	CHECK(memcmp(buf, ref, want_len) == 0, "get %s: wrong bytes", key);
 	free(ref);
+}
+
+static void get_check(ember_session *s, const char *key, uint8_t *buf, size_t want_len,
+		      unsigned k, unsigned gen)
+{
+	get_check_cap(s, key, buf, CAP, want_len, k, gen);
 }
 
 int main(int argc, char **argv)
@@ -71,6 +80,11 @@ int main(int argc, char **argv)
 		snprintf(key, sizeof(key), "small%u", k);
 		fill(v, 100, 1000 + k, 0);
 		CHECK_OK(ember_put(s, key, strlen(key), v, 100));
+	}
+	for (unsigned k = 0; k < NMID; k++) {
+		snprintf(key, sizeof(key), "mid%u", k);
+		fill(v, MID, 2000 + k, 0);
+		CHECK_OK(ember_put(s, key, strlen(key), v, MID));
 	}
 	/* push the small ones to disk too */
 	for (unsigned k = 0; k < 8; k++) {
@@ -137,7 +151,60 @@ int main(int argc, char **argv)
 		free(bufs[i]);
 	}
 
-	/* 5. the cold tier: chunk (never read with the hint) then record */
+	/* 5. buffers sized to their values, 24 KiB and 200 KiB alternating: after the
+	 * first, one read each (a 24 KiB record that filled its buffer does not teach
+	 * the session to read 24 KiB of the next 200 KiB one) */
+	for (unsigned k = 0; k < 2; k++) {
+		snprintf(key, sizeof(key), "mid%u", k);
+		get_check_cap(s, key, buf, MID, MID, 2000 + k, 0);
+	}
+	r0 = disk_reads(db);
+	for (unsigned k = 2; k < NMID; k++) {
+		snprintf(key, sizeof(key), "big%u", k);
+		get_check_cap(s, key, buf, BIG, BIG, k, 0);
+		snprintf(key, sizeof(key), "mid%u", k);
+		get_check_cap(s, key, buf, MID, MID, 2000 + k, 0);
+	}
+	used = disk_reads(db) - r0;
+	printf("%u exact-size values, alternating: %llu disk reads\n", 2 * (NMID - 2),
+	       (unsigned long long)used);
+	CHECK(used == 2 * (NMID - 2), "exact-size reads took %llu disk reads for %u values",
+	      (unsigned long long)used, 2 * (NMID - 2));
+	for (unsigned i = 0; i < 8; i++) {
+		unsigned big = i % 2 == 1, k = 4 + i;
+		snprintf(kb[i], sizeof(kb[i]), big ? "big%u" : "mid%u", k);
+		keys[i] = kb[i];
+		klens[i] = strlen(kb[i]);
+		caps[i] = big ? BIG : MID;
+		bufs[i] = malloc(caps[i]);
+	}
+	r0 = disk_reads(db);
+	CHECK_OK(ember_get_batch(s, 8, keys, klens, bufs, caps, vlens, status));
+	used = disk_reads(db) - r0;
+	for (unsigned i = 0; i < 8; i++) {
+		unsigned big = i % 2 == 1, k = 4 + i;
+		CHECK(status[i] == 0 && vlens[i] == caps[i], "exact batch %u: status %d len %zu", i,
+		      status[i], vlens[i]);
+		fill(v, caps[i], big ? k : 2000 + k, 0);
+		CHECK(memcmp(bufs[i], v, caps[i]) == 0, "exact batch %u: wrong bytes", i);
+		free(bufs[i]);
+	}
+	CHECK(used == 8, "an exact-size mixed batch took %llu disk reads for 8 values",
+	      (unsigned long long)used);
+	/* then a small value into a large buffer: one read of at most the buffer, and
+	 * the small size is learnt again */
+	CHECK_OK(ember_stats_get(db, &a));
+	for (unsigned k = 0; k < 8; k++) {
+		snprintf(key, sizeof(key), "small%u", k);
+		get_check(s, key, buf, 100, 1000 + k, 0);
+	}
+	CHECK_OK(ember_stats_get(db, &b));
+	bytes = b.disk_bytes_read - a.disk_bytes_read;
+	CHECK(b.disk_reads - a.disk_reads == 8 && bytes < (uint64_t)CAP + 8 * 8192u,
+	      "small values after exact ones: %llu reads, %llu bytes",
+	      (unsigned long long)(b.disk_reads - a.disk_reads), (unsigned long long)bytes);
+
+	/* 6. the cold tier: chunk (never read with the hint) then record */
 	CHECK_OK(ember_compact(db, 1));
 	r0 = disk_reads(db);
 	for (unsigned k = 0; k < NBIG; k++) {

@@ -124,7 +124,9 @@ typedef struct ember_cache_options {
 	/* Lookahead window: how many batches may be pushed and not yet released.
 	 * The oracle plans each batch knowing the batches pushed after it in the
 	 * window, so a longer window gives better evictions and costs the pushed
-	 * batches' memory. Default 100. */
+	 * batches' memory: per batch about 12 bytes a lookup and 60 bytes a
+	 * distinct row (a 16,384 x 26 Criteo-like batch: about 10 MB). Default
+	 * 100. */
 	uint32_t window;
 	/* How many batches ahead of the oldest unreleased one the prefetcher plans
 	 * and fetches at most. Planning later means knowing more of the future (the

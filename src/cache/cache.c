@@ -153,6 +153,7 @@ struct ember_cache {
 	/* trainer only */
 	uint32_t acquired;
 	int holding;
+	uint32_t last_nuniq; /* distinct rows of the last batch pushed (sizes the next) */
 	/* prefetcher only */
 	uint32_t planned;
 
@@ -696,9 +697,10 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
 {
 	if (need <= *cap)
 		return 0;
-	size_t n = *cap ? *cap : 64;
-	while (n < need)
-		n *= 2;
+	/* an eighth over what is needed: batches of about one size settle after a
+	 * few pushes without doubling every ring entry's memory */
+	size_t n = need + need / 8;
+	n = n < 64 ? 64 : n;
 	void *q = em_alloc(n * elem);
 	if (!q)
 		return EMBER_ENOMEM;
@@ -766,32 +768,51 @@ int ember_cache_push(ember_cache *c, const ember_cache_batch *batch)
 		return rc;
 	/* entry seq % window held batch seq - window, released: the trainer's now */
 	struct cbatch *b = &c->ring[seq % c->window];
+	/* Room for the distinct rows: at most min(ids, capacity), but a batch of
+	 * skewed ids names far fewer (a Criteo-like batch: 75k of 426k), and the
+	 * window holds `window` batches' arrays. So size them from the last batch
+	 * (plus an eighth, or what the entry has already), and link again with the
+	 * most room in the rare batch that needs more. */
 	size_t nu_max = nids < c->capacity ? nids : c->capacity;
-	rc = batch_reserve(b, batch->nparts, nids, nu_max);
-	if (rc < 0)
-		return rc;
-	/* link b into the oracle, deduplicating its ids in the same pass (C7) */
-	b->ob = (struct obatch){.seq = seq, .next = b->next, .slot = b->uslot, .miss = b->miss};
-	uint64_t t0 = now_ns();
-	pthread_mutex_lock(&c->omu);
-	oracle_link_begin(c->oracle, &b->ob, b->uniq, (uint32_t)nu_max);
-	size_t at = 0;
-	for (uint32_t p = 0; p < batch->nparts && rc == 0; p++) {
-		const ember_cache_part *pt = &batch->parts[p];
-		b->parts[p] = (ember_cache_part){.table = pt->table, .n = pt->n, .rows = b->ids + at};
-		b->pslots[p] = b->lslots + at;
-		rc = oracle_link_part(c->oracle, &b->ob, pt->table, pt->n, pt->rows, b->lslots + at,
-				      b->ids + at);
-		at += pt->n;
+	size_t nu_try = nu_max;
+	if (c->last_nuniq) {
+		size_t est = (size_t)c->last_nuniq + c->last_nuniq / 8 + 64;
+		est = est > b->uniq_cap ? est : b->uniq_cap;
+		nu_try = est < nu_max ? est : nu_max;
 	}
-	if (rc < 0)
-		oracle_link_abort(c->oracle, &b->ob); /* as if never pushed */
-	else
-		oracle_link_end(c->oracle, &b->ob);
-	pthread_mutex_unlock(&c->omu);
+	uint64_t t0 = now_ns();
+	for (;;) {
+		rc = batch_reserve(b, batch->nparts, nids, nu_try);
+		if (rc < 0)
+			return rc;
+		/* link b into the oracle, deduplicating its ids in the same pass (C7) */
+		b->ob = (struct obatch){.seq = seq, .next = b->next, .slot = b->uslot, .miss = b->miss};
+		pthread_mutex_lock(&c->omu);
+		oracle_link_begin(c->oracle, &b->ob, b->uniq, (uint32_t)nu_try);
+		size_t at = 0;
+		for (uint32_t p = 0; p < batch->nparts && rc == 0; p++) {
+			const ember_cache_part *pt = &batch->parts[p];
+			b->parts[p] = (ember_cache_part){.table = pt->table, .n = pt->n,
+							 .rows = b->ids + at};
+			b->pslots[p] = b->lslots + at;
+			rc = oracle_link_part(c->oracle, &b->ob, pt->table, pt->n, pt->rows,
+					      b->lslots + at, b->ids + at);
+			at += pt->n;
+		}
+		if (rc < 0)
+			oracle_link_abort(c->oracle, &b->ob); /* as if never pushed */
+		else
+			oracle_link_end(c->oracle, &b->ob);
+		pthread_mutex_unlock(&c->omu);
+		if (rc != EMBER_ETOOBIG || nu_try == nu_max)
+			break;
+		nu_try = nu_max; /* more distinct rows than the estimate: all the room */
+		rc = 0;
+	}
 	stat_add(&c->st_plan_ns, now_ns() - t0);
 	if (rc < 0)
 		return rc;
+	c->last_nuniq = b->ob.nuniq;
 	uint32_t nu = b->ob.nuniq;
 	b->nparts = batch->nparts;
 	b->nids = nids;

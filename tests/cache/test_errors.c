@@ -310,6 +310,59 @@ static void test_fp16(void)
 		CHECK(slot_f16_to_f32(slot_f32_to_f16((float)i)) == (float)i, "%d", i);
 }
 
+/* Batches whose distinct rows jump far past the last batch's (push sizes its arrays
+ * from the last batch and links again when that was too little): the plan is the
+ * same as ever, and a batch over the capacity is still refused whole. */
+static void test_sizes(void)
+{
+	ember_cache_options o;
+	base_opts(&o);
+	o.capacity = 600;
+	ember_cache *c = open_ok(&o);
+	static uint64_t rows[700];
+	for (int i = 0; i < 500; i++)
+		rows[i] = 7;
+	CHECK_OK(push1(c, 0, rows, 500)); /* batch 0: one distinct row */
+	for (int i = 0; i < 500; i++)
+		rows[i] = (uint64_t)(i < 400 ? i : 3 * (i - 400));
+	CHECK_OK(push1(c, 0, rows, 500)); /* batch 1: 400 distinct rows */
+	uint64_t one = 7;
+	CHECK_OK(push1(c, 0, &one, 1)); /* batch 2 */
+	for (int i = 0; i < 700; i++)
+		rows[i] = (uint64_t)i;
+	CHECK_RC(push1(c, 0, rows, 700), EMBER_ETOOBIG); /* over the capacity: not pushed */
+
+	ember_cache_view v;
+	CHECK_OK(ember_cache_acquire(c, &v));
+	CHECK(v.batch == 0 && v.nparts == 1 && v.parts[0].n == 500, "batch 0's view");
+	for (uint32_t i = 0; i < 500; i++)
+		CHECK(v.slots[0][i] == v.slots[0][0], "batch 0: one row, one slot");
+	CHECK_OK(ember_cache_release(c, &v));
+	CHECK_OK(ember_cache_acquire(c, &v));
+	CHECK(v.batch == 1 && v.parts[0].n == 500, "batch 1's view");
+	static uint32_t slot_of[1000];
+	static uint8_t slot_used[600];
+	memset(slot_of, 0xff, sizeof(slot_of));
+	for (uint32_t i = 0; i < 500; i++) {
+		uint64_t r = v.parts[0].rows[i];
+		uint32_t s = v.slots[0][i];
+		CHECK(r == (i < 400 ? i : 3 * (i - 400)) && s < 600, "batch 1: lookup %u", i);
+		if (slot_of[r] == UINT32_MAX) {
+			CHECK(!slot_used[s], "batch 1: two rows in slot %u", s);
+			slot_used[s] = 1;
+			slot_of[r] = s;
+			ember_cache_row(&v, 0, i)[0] = (float)r + 1000.0f;
+		}
+		CHECK(slot_of[r] == s, "batch 1: row %llu in two slots", (unsigned long long)r);
+	}
+	CHECK_OK(ember_cache_release(c, &v));
+	CHECK_OK(ember_cache_acquire(c, &v));
+	CHECK(v.batch == 2 && v.parts[0].rows[0] == 7 && ember_cache_row(&v, 0, 0)[0] == 1007.0f,
+	      "batch 2 sees batch 1's write");
+	CHECK_OK(ember_cache_release(c, &v));
+	CHECK_OK(ember_cache_close(c));
+}
+
 int main(int argc, char **argv)
 {
 	tu_init("cache_errors", argc, argv);
@@ -325,6 +378,7 @@ int main(int argc, char **argv)
 	test_open();
 	test_push();
 	test_init();
+	test_sizes();
 	CHECK_OK(ember_close(db));
 	tu_tmpdir_remove(dir);
 	printf("cache_errors: ok\n");

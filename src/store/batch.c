@@ -29,7 +29,7 @@ static void batch_done(void *ctx, struct lookup *l, int status, struct record *r
 	struct batch_ctx *b = ctx;
 	size_t k = l->user;
 	if (status == 0)
-		status = lookup_copy_value(rec, in_memory, b->bufs[k], b->caps[k], &b->vlens[k]);
+		status = lookup_copy_value(l, rec, in_memory, b->bufs[k], b->caps[k], &b->vlens[k]);
 	b->status[k] = status;
 }
 
@@ -120,6 +120,8 @@ int ember_get_batch(ember_session *s, size_t n, const void *const keys[], const 
 							.klen = (uint32_t)klens[i],
 							.hint = lookup_want_hint(s, klens[i], caps[i]),
 							.full = lookup_full(klens[i], caps[i]),
+							.dst = lookup_full(klens[i], caps[i]) ? bufs[i] : NULL,
+							.dcap = caps[i],
 							.phase = LK_HOT,
 							.flags = LK_FILL_RC | lookup_cap_flag(caps[i]),
 							.hash = s->bhash[i],

@@ -27,6 +27,11 @@
  *     cache (cold_index.h, note 5) is not read: the cold walk starts from the
  *     cached entry. User reads (LK_FILL_RC) fill the cache from the chunks they
  *     read; compaction's lookups use it but do not fill it (their keys are not hot).
+ *  7. A user read with a large buffer (dst) whose record turns up on disk copies
+ *     the value into that buffer while it checks the checksum, block by block
+ *     (rec_checksum_copy), and marks the lookup LK_COPIED, so the done callback
+ *     copies nothing. A record whose checksum fails may have left part of its
+ *     value in the buffer; the read then fails or restarts and copies again.
  */
 #include "store/store_int.h"
 #include "store/checkpoint.h"
@@ -344,7 +349,16 @@ static void on_read(struct lookup_run *run, uint32_t idx, int res)
 		goto out;
 	}
 	l->want = 0;
-	if (r->checksum != rec_checksum(r)) {
+	if (l->dst && l->phase != LK_CHUNK && rec_key_eq(r, l->key, l->klen)) {
+		/* the record asked for: check it while copying its value out (note 7) */
+		int c = rec_checksum_copy(r, l->dst, l->dcap);
+		if (c < 0) {
+			next = bad_record(run, l);
+			goto out;
+		}
+		if (c > 0)
+			l->flags |= LK_COPIED;
+	} else if (r->checksum != rec_checksum(r)) {
 		next = bad_record(run, l);
 		goto out;
 	}

@@ -263,9 +263,8 @@ struct get_ctx {
 
 static void get_done(void *ctx, struct lookup *l, int status, struct record *rec, int in_memory)
 {
-	(void)l;
 	struct get_ctx *g = ctx;
-	g->rc = status == 0 ? lookup_copy_value(rec, in_memory, g->buf, g->cap, g->vlen) : status;
+	g->rc = status == 0 ? lookup_copy_value(l, rec, in_memory, g->buf, g->cap, g->vlen) : status;
 }
 
 int ember_get(ember_session *s, const void *key, size_t klen, void *buf, size_t cap,
@@ -303,7 +302,8 @@ int ember_get(ember_session *s, const void *key, size_t klen, void *buf, size_t 
 	/* on disk or cold: at is where the hot chain left memory (0: no chain) */
 	struct lookup lk = {.key = key, .klen = (uint32_t)klen, .phase = LK_HOT,
 			    .flags = LK_FILL_RC | lookup_cap_flag(cap), .hint = lookup_want_hint(s, klen, cap),
-			    .full = lookup_full(klen, cap),
+			    .full = lookup_full(klen, cap), .dst = lookup_full(klen, cap) ? buf : NULL,
+			    .dcap = cap,
 			    .hash = hash, .addr = at, .hot_entry = e, .hot_tail = t0};
 	struct get_ctx g = {buf, cap, vlen, EMBER_EIO};
 	rc = lookups_run(s, &lk, 1, get_done, &g);
@@ -332,7 +332,7 @@ static void old_done(void *ctx, struct lookup *l, int status, struct record *rec
 	}
 	for (;;) {
 		size_t n = 0;
-		int rc = lookup_copy_value(rec, in_memory, o->s->oldbuf, o->s->oldbuf_cap, &n);
+		int rc = lookup_copy_value(l, rec, in_memory, o->s->oldbuf, o->s->oldbuf_cap, &n);
 		if (rc == EMBER_ENOTFOUND)
 			return; /* a tombstone: absent */
 		if (rc == EMBER_ERANGE) {

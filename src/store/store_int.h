@@ -52,6 +52,7 @@ enum { LK_HOT = 0, LK_CHUNK = 1, LK_COLD = 2 };
 #define LK_FILL_RC 0x4   /* a user read: fill the read cache and the cold entry cache */
 #define LK_CHUNK_ONLY 0x8 /* read the chunk at addr and stop (compaction prefetch) */
 #define LK_BIG_CAP 0x10  /* the caller's buffer is large: its record sizes feed want_hint */
+#define LK_COPIED 0x20   /* found on disk: its value is already in dst (rec_checksum_copy) */
 #define LK_FROM_INDEX UINT64_MAX /* addr sentinel: start at the phase's index */
 
 struct lookup {
@@ -64,6 +65,9 @@ struct lookup {
 	uint32_t want;  /* bytes to read from addr's block (0: the default first read) */
 	uint32_t hint;  /* a record's first read when want is 0 (lookup_want_hint; 0: none) */
 	uint32_t full;  /* LK_BIG_CAP: the size of a record that fills the caller's buffer */
+	void *dst;      /* LK_BIG_CAP: the caller's buffer (dcap bytes): a record found on
+			   disk is copied there while its checksum is checked (NULL: no) */
+	size_t dcap;
 	uint64_t found; /* where the record was found (in the phase's log) */
 	uint64_t entry; /* the cold-index entry the cold walk started from */
 	uint64_t hot_entry; /* the hot index entry seen when the lookup began (LK_FILL_RC) */
@@ -309,8 +313,8 @@ int rec_read_value(struct record *r, void *buf, size_t cap, size_t *vlen);
 int lookups_run(ember_session *s, struct lookup *lk, size_t n, lookup_done_fn done, void *ctx);
 
 /* Copy a found record's value (get semantics: tombstone -> EMBER_ENOTFOUND). */
-static inline int lookup_copy_value(struct record *rec, int in_memory, void *buf, size_t cap,
-				    size_t *vlen)
+static inline int lookup_copy_value(const struct lookup *l, struct record *rec, int in_memory,
+				    void *buf, size_t cap, size_t *vlen)
 {
 	if (in_memory)
 		return rec_read_value(rec, buf, cap, vlen);
@@ -320,7 +324,7 @@ static inline int lookup_copy_value(struct record *rec, int in_memory, void *buf
 	*vlen = n;
 	if (n > cap)
 		return EMBER_ERANGE;
-	if (n)
+	if (n && !(l->flags & LK_COPIED && l->dst == buf))
 		memcpy(buf, rec_value(rec), n);
 	return 0;
 }

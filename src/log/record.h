@@ -96,14 +96,19 @@ static inline int rec_key_eq(struct record *r, const void *key, uint32_t klen)
 	return memcmp(rec_key(r), key, klen) == 0;
 }
 
+/* The checksum's hash of everything but the value: the seed of the value's hash. */
+static inline uint64_t rec_checksum_seed(struct record *r, uint32_t vlen)
+{
+	uint64_t hdr = rec_header(r); /* final: flags are set before the page is flushed */
+	uint64_t fields[3] = {hdr, ((uint64_t)r->key_len << 32) | vlen, r->val_cap};
+	return XXH3_64bits_withSeed(rec_key(r), r->key_len, XXH3_64bits(fields, sizeof(fields)));
+}
+
 /* Checksum of a record that nobody writes any more (being flushed, or read back). */
 static inline uint32_t rec_checksum(struct record *r)
 {
-	uint64_t hdr = rec_header(r); /* final: flags are set before the page is flushed */
 	uint32_t vlen = atomic_load_explicit(&r->val_len, memory_order_relaxed); /* stable */
-	uint64_t fields[3] = {hdr, ((uint64_t)r->key_len << 32) | vlen, r->val_cap};
-	uint64_t h = XXH3_64bits_withSeed(rec_key(r), r->key_len, XXH3_64bits(fields, sizeof(fields)));
-	h = XXH3_64bits_withSeed(rec_value(r), vlen, h);
+	uint64_t h = XXH3_64bits_withSeed(rec_value(r), vlen, rec_checksum_seed(r, vlen));
 	return (uint32_t)(h ^ (h >> 32));
 }
 
@@ -123,11 +128,8 @@ static inline int rec_checksum_copy(struct record *r, void *dst, size_t cap)
 	uint32_t vlen = atomic_load_explicit(&r->val_len, memory_order_relaxed); /* stable */
 	if (vlen < REC_COPY_MIN || vlen > cap || (rec_header(r) & REC_TOMBSTONE))
 		return rec_checksum(r) == r->checksum ? 0 : -1;
-	uint64_t hdr = rec_header(r);
-	uint64_t fields[3] = {hdr, ((uint64_t)r->key_len << 32) | vlen, r->val_cap};
-	uint64_t seed = XXH3_64bits_withSeed(rec_key(r), r->key_len, XXH3_64bits(fields, sizeof(fields)));
 	XXH3_state_t st;
-	XXH3_64bits_reset_withSeed(&st, seed);
+	XXH3_64bits_reset_withSeed(&st, rec_checksum_seed(r, vlen));
 	const uint8_t *v = rec_value(r);
 	uint8_t *d = dst;
 	for (uint32_t o = 0; o < vlen; o += REC_COPY_BLOCK) {

@@ -120,7 +120,7 @@ int ember_get_batch(ember_session *s, size_t n, const void *const keys[], const 
 							.klen = (uint32_t)klens[i],
 							.hint = lookup_want_hint(s, klens[i], caps[i]),
 							.full = lookup_full(klens[i], caps[i]),
-							.dst = lookup_full(klens[i], caps[i]) ? bufs[i] : NULL,
+							.dst = bufs[i],
 							.dcap = caps[i],
 							.phase = LK_HOT,
 							.flags = LK_FILL_RC | lookup_cap_flag(caps[i]),

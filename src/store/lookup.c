@@ -27,10 +27,10 @@
  *     cache (cold_index.h, note 5) is not read: the cold walk starts from the
  *     cached entry. User reads (LK_FILL_RC) fill the cache from the chunks they
  *     read; compaction's lookups use it but do not fill it (their keys are not hot).
- *  7. A user read with a large buffer (dst) whose record turns up on disk copies
- *     the value into that buffer while it checks the checksum, block by block
- *     (rec_checksum_copy), and marks the lookup LK_COPIED, so the done callback
- *     copies nothing. A record whose checksum fails may have left part of its
+ *  7. A user read (dst: the caller's buffer) whose record turns up on disk with a
+ *     value of REC_COPY_MIN bytes or more that fits the buffer copies the value
+ *     there while it checks the checksum, block by block (rec_checksum_copy), and
+ *     marks the lookup LK_COPIED, so the done callback copies nothing. A record whose checksum fails may have left part of its
  *     value in the buffer; the read then fails or restarts and copies again.
  */
 #include "store/store_int.h"

@@ -302,8 +302,7 @@ int ember_get(ember_session *s, const void *key, size_t klen, void *buf, size_t 
 	/* on disk or cold: at is where the hot chain left memory (0: no chain) */
 	struct lookup lk = {.key = key, .klen = (uint32_t)klen, .phase = LK_HOT,
 			    .flags = LK_FILL_RC | lookup_cap_flag(cap), .hint = lookup_want_hint(s, klen, cap),
-			    .full = lookup_full(klen, cap), .dst = lookup_full(klen, cap) ? buf : NULL,
-			    .dcap = cap,
+			    .full = lookup_full(klen, cap), .dst = buf, .dcap = cap,
 			    .hash = hash, .addr = at, .hot_entry = e, .hot_tail = t0};
 	struct get_ctx g = {buf, cap, vlen, EMBER_EIO};
 	rc = lookups_run(s, &lk, 1, get_done, &g);

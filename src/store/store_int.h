@@ -65,8 +65,9 @@ struct lookup {
 	uint32_t want;  /* bytes to read from addr's block (0: the default first read) */
 	uint32_t hint;  /* a record's first read when want is 0 (lookup_want_hint; 0: none) */
 	uint32_t full;  /* LK_BIG_CAP: the size of a record that fills the caller's buffer */
-	void *dst;      /* LK_BIG_CAP: the caller's buffer (dcap bytes): a record found on
-			   disk is copied there while its checksum is checked (NULL: no) */
+	void *dst;      /* the caller's buffer (dcap bytes; NULL: none): a record found on
+			   disk is copied there while its checksum is checked when its value
+			   is large enough (REC_COPY_MIN, lookup.c note 7) */
 	size_t dcap;
 	uint64_t found; /* where the record was found (in the phase's log) */
 	uint64_t entry; /* the cold-index entry the cold walk started from */

@@ -129,6 +129,10 @@ static inline int rec_checksum_copy(struct record *r, void *dst, size_t cap)
 	if (vlen < REC_COPY_MIN || vlen > cap || (rec_header(r) & REC_TOMBSTONE))
 		return rec_checksum(r) == r->checksum ? 0 : -1;
 	XXH3_state_t st;
+	/* a state on the stack must be cleared first: reset_withSeed keeps the old
+	 * secret when the stale seed field happens to equal the new seed (it did, for
+	 * the same record read twice in one batch, with the secret overwritten) */
+	XXH3_INITSTATE(&st);
 	XXH3_64bits_reset_withSeed(&st, rec_checksum_seed(r, vlen));
 	const uint8_t *v = rec_value(r);
 	uint8_t *d = dst;

@@ -278,6 +278,8 @@ int ember_put(ember_session *s, const void *key, size_t klen, const void *val,
  * Read key's value into buf (capacity cap). On success *vlen is the value's length.
  * Returns EMBER_ENOTFOUND if absent; EMBER_ERANGE if cap < the value's length, with
  * *vlen set to the length needed (buf may be NULL when cap is 0, to ask the size).
+ * After any other error buf's bytes are unspecified: a large value is checked while
+ * it is copied, so one that fails its checksum (EMBER_ECORRUPT) may be partly there.
  */
 int ember_get(ember_session *s, const void *key, size_t klen, void *buf, size_t cap,
 	      size_t *vlen);

@@ -30,8 +30,9 @@
  *  7. A user read (dst: the caller's buffer) whose record turns up on disk with a
  *     value of REC_COPY_MIN bytes or more that fits the buffer copies the value
  *     there while it checks the checksum, block by block (rec_checksum_copy), and
- *     marks the lookup LK_COPIED, so the done callback copies nothing. A record whose checksum fails may have left part of its
- *     value in the buffer; the read then fails or restarts and copies again.
+ *     marks the lookup LK_COPIED, so the done callback copies nothing. A record
+ *     whose checksum fails may have left part of its value in the buffer; the
+ *     read then fails or restarts and copies again.
  */
 #include "store/store_int.h"
 #include "store/checkpoint.h"

@@ -6,8 +6,9 @@
  * learns the small size; a value larger than what was learnt is still read whole;
  * a caller whose buffers fit its values exactly pays one read per value whatever
  * the mix of sizes (singly and in one batch); cold values (chunk, then record) too;
- * a damaged large value, checked while it is copied out, is EMBER_ECORRUPT. Every value read is checked byte for byte,
- * and the disk-read counts come from ember_stats (I/O counts, not timing).
+ * a damaged large value, checked while it is copied out, is EMBER_ECORRUPT. Every
+ * value read is checked byte for byte, and the disk-read counts come from
+ * ember_stats (I/O counts, not timing).
  */
 #include <ember.h>
 #include <stdlib.h>

@@ -55,6 +55,26 @@ static void get_check(ember_session *s, const char *key, uint8_t *buf, size_t wa
 	get_check_cap(s, key, buf, CAP, want_len, k, gen);
 }
 
+/* One ember_get_batch call's arrays: up to 8 keys. */
+struct tbatch {
+	const void *keys[8];
+	size_t klens[8], caps[8], vlens[8];
+	void *bufs[8];
+	int status[8];
+	char kb[8][32];
+};
+
+/* Key i of the batch is prefix + k, read into a fresh buffer of cap bytes. */
+static void batch_key(struct tbatch *b, unsigned i, const char *prefix, unsigned k, size_t cap)
+{
+	snprintf(b->kb[i], sizeof(b->kb[i]), "%s%u", prefix, k);
+	b->keys[i] = b->kb[i];
+	b->klens[i] = strlen(b->kb[i]);
+	b->caps[i] = cap;
+	b->bufs[i] = malloc(cap);
+	CHECK(b->bufs[i] != NULL, "malloc");
+}
+
 int main(int argc, char **argv)
 {
 	tu_init("test_big_reads", argc, argv);
@@ -127,30 +147,21 @@ int main(int argc, char **argv)
 	get_check(s, key, buf, BIG, NBIG - 1, 0);
 
 	/* 4. a batch of large and small values with large buffers */
-	const void *keys[8];
-	size_t klens[8], caps[8], vlens[8];
-	void *bufs[8];
-	int status[8];
-	char kb[8][32];
+	struct tbatch tb;
 	for (unsigned i = 0; i < 8; i++) {
 		unsigned big = i % 2 == 0;
-		unsigned k = big ? NBIG - 16 + i : i;
-		snprintf(kb[i], sizeof(kb[i]), big ? "big%u" : "small%u", k);
-		keys[i] = kb[i];
-		klens[i] = strlen(kb[i]);
-		bufs[i] = malloc(CAP);
-		caps[i] = CAP;
+		batch_key(&tb, i, big ? "big" : "small", big ? NBIG - 16 + i : i, CAP);
 	}
-	CHECK_OK(ember_get_batch(s, 8, keys, klens, bufs, caps, vlens, status));
+	CHECK_OK(ember_get_batch(s, 8, tb.keys, tb.klens, tb.bufs, tb.caps, tb.vlens, tb.status));
 	for (unsigned i = 0; i < 8; i++) {
 		unsigned big = i % 2 == 0;
 		unsigned k = big ? NBIG - 16 + i : i;
 		size_t n = big ? BIG : 100;
-		CHECK(status[i] == 0 && vlens[i] == n, "batch %u: status %d len %zu", i, status[i],
-		      vlens[i]);
+		CHECK(tb.status[i] == 0 && tb.vlens[i] == n, "batch %u: status %d len %zu", i,
+		      tb.status[i], tb.vlens[i]);
 		fill(v, n, big ? k : 1000 + k, 0);
-		CHECK(memcmp(bufs[i], v, n) == 0, "batch %u: wrong bytes", i);
-		free(bufs[i]);
+		CHECK(memcmp(tb.bufs[i], v, n) == 0, "batch %u: wrong bytes", i);
+		free(tb.bufs[i]);
 	}
 
 	/* 5. buffers sized to their values, 24 KiB and 200 KiB alternating: after the
@@ -173,23 +184,19 @@ int main(int argc, char **argv)
 	CHECK(used == 2 * (NMID - 2), "exact-size reads took %llu disk reads for %u values",
 	      (unsigned long long)used, 2 * (NMID - 2));
 	for (unsigned i = 0; i < 8; i++) {
-		unsigned big = i % 2 == 1, k = 4 + i;
-		snprintf(kb[i], sizeof(kb[i]), big ? "big%u" : "mid%u", k);
-		keys[i] = kb[i];
-		klens[i] = strlen(kb[i]);
-		caps[i] = big ? BIG : MID;
-		bufs[i] = malloc(caps[i]);
+		unsigned big = i % 2 == 1;
+		batch_key(&tb, i, big ? "big" : "mid", 4 + i, big ? BIG : MID);
 	}
 	r0 = disk_reads(db);
-	CHECK_OK(ember_get_batch(s, 8, keys, klens, bufs, caps, vlens, status));
+	CHECK_OK(ember_get_batch(s, 8, tb.keys, tb.klens, tb.bufs, tb.caps, tb.vlens, tb.status));
 	used = disk_reads(db) - r0;
 	for (unsigned i = 0; i < 8; i++) {
 		unsigned big = i % 2 == 1, k = 4 + i;
-		CHECK(status[i] == 0 && vlens[i] == caps[i], "exact batch %u: status %d len %zu", i,
-		      status[i], vlens[i]);
-		fill(v, caps[i], big ? k : 2000 + k, 0);
-		CHECK(memcmp(bufs[i], v, caps[i]) == 0, "exact batch %u: wrong bytes", i);
-		free(bufs[i]);
+		CHECK(tb.status[i] == 0 && tb.vlens[i] == tb.caps[i],
+		      "exact batch %u: status %d len %zu", i, tb.status[i], tb.vlens[i]);
+		fill(v, tb.caps[i], big ? k : 2000 + k, 0);
+		CHECK(memcmp(tb.bufs[i], v, tb.caps[i]) == 0, "exact batch %u: wrong bytes", i);
+		free(tb.bufs[i]);
 	}
 	CHECK(used == 8, "an exact-size mixed batch took %llu disk reads for 8 values",
 	      (unsigned long long)used);
@@ -197,22 +204,16 @@ int main(int argc, char **argv)
 	 * on its own (test_differential's large mode is what caught a hash state
 	 * carried over from the last read of the same record: record.h) */
 	for (unsigned round = 0; round < 16; round++) {
-		for (unsigned i = 0; i < 8; i++) {
-			unsigned k = 2 + (i + round) % 3;
-			snprintf(kb[i], sizeof(kb[i]), i % 2 ? "big%u" : "mid%u", k);
-			keys[i] = kb[i];
-			klens[i] = strlen(kb[i]);
-			caps[i] = CAP;
-			bufs[i] = malloc(CAP);
-		}
-		CHECK_OK(ember_get_batch(s, 8, keys, klens, bufs, caps, vlens, status));
+		for (unsigned i = 0; i < 8; i++)
+			batch_key(&tb, i, i % 2 ? "big" : "mid", 2 + (i + round) % 3, CAP);
+		CHECK_OK(ember_get_batch(s, 8, tb.keys, tb.klens, tb.bufs, tb.caps, tb.vlens, tb.status));
 		for (unsigned i = 0; i < 8; i++) {
 			unsigned k = 2 + (i + round) % 3, big = i % 2;
 			size_t n = big ? BIG : MID;
 			fill(v, n, big ? k : 2000 + k, 0);
-			CHECK(status[i] == 0 && vlens[i] == n && memcmp(bufs[i], v, n) == 0,
-			      "repeated batch %u/%u: status %d", round, i, status[i]);
-			free(bufs[i]);
+			CHECK(tb.status[i] == 0 && tb.vlens[i] == n && memcmp(tb.bufs[i], v, n) == 0,
+			      "repeated batch %u/%u: status %d", round, i, tb.status[i]);
+			free(tb.bufs[i]);
 		}
 	}
 	/* then a small value into a large buffer: one read of at most the buffer, and
@@ -283,23 +284,18 @@ int main(int argc, char **argv)
 	CHECK_RC(ember_get(s, key, strlen(key), buf, CAP, &vl), EMBER_ECORRUPT);
 	snprintf(key, sizeof(key), "big%u", bad + 1);
 	get_check(s, key, buf, BIG, bad + 1, 0);
-	for (unsigned i = 0; i < 3; i++) {
-		snprintf(kb[i], sizeof(kb[i]), "big%u", bad - 1 + i);
-		keys[i] = kb[i];
-		klens[i] = strlen(kb[i]);
-		caps[i] = CAP;
-		bufs[i] = malloc(CAP);
-	}
-	CHECK_OK(ember_get_batch(s, 3, keys, klens, bufs, caps, vlens, status));
+	for (unsigned i = 0; i < 3; i++)
+		batch_key(&tb, i, "big", bad - 1 + i, CAP);
+	CHECK_OK(ember_get_batch(s, 3, tb.keys, tb.klens, tb.bufs, tb.caps, tb.vlens, tb.status));
 	for (unsigned i = 0; i < 3; i++) {
 		if (i == 1) {
-			CHECK(status[i] == EMBER_ECORRUPT, "damaged value in a batch: %d", status[i]);
+			CHECK(tb.status[i] == EMBER_ECORRUPT, "damaged value in a batch: %d", tb.status[i]);
 		} else {
 			fill(v, BIG, bad - 1 + i, 0);
-			CHECK(status[i] == 0 && vlens[i] == BIG && memcmp(bufs[i], v, BIG) == 0,
+			CHECK(tb.status[i] == 0 && tb.vlens[i] == BIG && memcmp(tb.bufs[i], v, BIG) == 0,
 			      "batch neighbour %u", i);
 		}
-		free(bufs[i]);
+		free(tb.bufs[i]);
 	}
 
 	free(v);

@@ -3,20 +3,78 @@
  *
  * Invariants
  *  1. r->inflight counts requests queued or submitted and not yet reaped; it never
- *     exceeds r->depth, so the completion queue (twice the submission queue) can
- *     never overflow.
- *  2. A completion's res is the kernel's: bytes transferred or -errno.
+ *     exceeds r->depth. A request takes one submission entry, or two when split
+ *     (invariant 4), and the ring has 2 x depth of them (the completion queue twice
+ *     that), so neither queue can overflow.
+ *  2. A completion's res is the kernel's: bytes transferred or -errno. A request
+ *     split at segment ends (invariant 3) reports the bytes moved contiguously from
+ *     its start (a part that came back short ends the count) or its first error.
+ *  3. Segmented files: a segment's descriptor, once published in the table
+ *     (fd + 1, release), stays there until em_io_punch removes the segment. The
+ *     removal unlinks the file and moves the descriptor to a FIFO of SEG_RETIRED
+ *     (closed when pushed out, or at em_file_close): a read that loaded it just
+ *     before still reads the old bytes; a read of a removed (or never written)
+ *     segment reads zeros, as a punched hole of a one-file log does, and the
+ *     store's checks send such a lookup back to the index. Opening, removing and
+ *     the fsync range are serialised by segs->mu.
+ *  4. A request that crosses a segment end is split in two (it may span at most two
+ *     segments: -EINVAL otherwise). It holds one entry of r->splits, and counts once
+ *     in r->inflight, from its queueing until its second part completes; each part's
+ *     user_data is SPLIT_BIT | entry << 16 | part.
  */
 #include "io/file.h"
 
 #include "core/fault.h"
 
+#include "core/alloc.h"
+
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <linux/falloc.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#define SPLIT_BIT (UINT64_C(1) << 63)
+#define SEG_BLOCK_BITS 12u /* segments per block of the descriptor table */
+#define SEG_BLOCK (1u << SEG_BLOCK_BITS)
+#define SPLIT_NONE UINT32_MAX
+/* Descriptors of removed segments kept open (invariant 3): a reader that loaded one
+ * just before the removal reads the old bytes, not another file's. */
+#define SEG_RETIRED 16
+
+struct em_split {
+	uint64_t ud;        /* the caller's user_data */
+	uint64_t off;       /* the request's logical offset */
+	uint32_t len;       /* and length */
+	uint32_t seg_bits;
+	uint32_t left;      /* parts not completed; 0: the entry is free */
+	uint32_t zeroed;    /* bit p: part p read a missing segment, zero-filled (a NOP) */
+	uint32_t short_part; /* lowest part that moved less than asked (SPLIT_NONE) */
+	int short_res;
+	int err;            /* first error */
+};
+
+struct em_segs {
+	char *path;       /* base path; segment n is "<path>.<n>" */
+	char *dir;        /* its directory, for fsync */
+	int writable;     /* segments open O_RDWR (created by writes when create) */
+	int create;
+	uint32_t nblocks; /* table blocks: 2^(EM_SEG_SPACE_BITS - seg_bits) / SEG_BLOCK */
+	_Atomic(uintptr_t) *blocks; /* each NULL or SEG_BLOCK _Atomic ints: fd + 1, 0 closed */
+	pthread_mutex_t mu;
+	uint64_t sync_lo;           /* under mu: segments below were fsynced since written */
+	_Atomic uint64_t hi_written; /* 1 + the highest segment a write was queued to */
+	int dir_dirty;              /* under mu: a segment was created since the last fsync */
+	int retired[SEG_RETIRED];   /* under mu: descriptors of removed segments, -1 none */
+	uint32_t retired_next;
+};
 
 int em_file_open(struct em_file *f, const char *path, int flags)
 {
@@ -31,6 +89,8 @@ int em_file_open(struct em_file *f, const char *path, int flags)
 		oflags |= O_TRUNC;
 	f->fd = -1;
 	f->direct = 0;
+	f->seg_bits = 0;
+	f->segs = NULL;
 	int fd = open(path, oflags | O_DIRECT, 0644);
 	if (fd >= 0) {
 		f->direct = 1;
@@ -44,8 +104,241 @@ int em_file_open(struct em_file *f, const char *path, int flags)
 	return 0;
 }
 
+/* ---- segmented files ------------------------------------------------------------ */
+
+static char *seg_name(const struct em_segs *g, uint64_t n)
+{
+	size_t cap = strlen(g->path) + 24;
+	char *p = em_alloc(cap);
+	if (p)
+		snprintf(p, cap, "%s.%06" PRIu64, g->path, n);
+	return p;
+}
+
+/* Is name "<base>.<digits>"? Then *n is the segment number. */
+static int seg_parse(const char *name, const char *base, size_t blen, uint64_t *n)
+{
+	if (strncmp(name, base, blen) != 0 || name[blen] != '.' || !name[blen + 1])
+		return 0;
+	uint64_t v = 0;
+	for (const char *c = name + blen + 1; *c; c++) {
+		if (*c < '0' || *c > '9' || v > UINT64_MAX / 10 - 1)
+			return 0;
+		v = v * 10 + (uint64_t)(*c - '0');
+	}
+	*n = v;
+	return 1;
+}
+
+/* path's directory ("." or "/" where it has none) into a new string, or NULL. */
+static char *dir_of(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	size_t n = !slash ? 1 : slash == path ? 1 : (size_t)(slash - path);
+	char *d = em_alloc(n + 1);
+	if (!d)
+		return NULL;
+	if (!slash)
+		d[0] = '.';
+	else
+		memcpy(d, slash == path ? "/" : path, n);
+	d[n] = 0;
+	return d;
+}
+
+int em_file_remove_segments(const char *path)
+{
+	char *dir = dir_of(path);
+	if (!dir)
+		return -ENOMEM;
+	const char *slash = strrchr(path, '/');
+	const char *base = slash ? slash + 1 : path;
+	size_t blen = strlen(base);
+	int rc = 0;
+	DIR *d = opendir(dir);
+	if (!d) {
+		rc = errno == ENOENT ? 0 : -errno;
+		goto out;
+	}
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		uint64_t n;
+		if (!seg_parse(e->d_name, base, blen, &n))
+			continue;
+		if (unlinkat(dirfd(d), e->d_name, 0) != 0 && errno != ENOENT && rc == 0)
+			rc = -errno;
+	}
+	closedir(d);
+out:
+	em_free(dir, 0);
+	return rc;
+}
+
+int em_file_open_segmented(struct em_file *f, const char *path, int flags, uint32_t seg_bits)
+{
+	f->fd = -1;
+	f->direct = 1;
+	f->seg_bits = 0;
+	f->segs = NULL;
+	if (!path || seg_bits < EM_SEG_MIN_BITS || seg_bits > EM_SEG_MAX_BITS)
+		return -EINVAL;
+	int fault = EM_FAULT(EM_FAULT_FILE_OPEN); /* fault injection: fail as open(2) would */
+	if (fault)
+		return fault;
+	int rc = -ENOMEM;
+	struct em_segs *g = em_zalloc(sizeof(*g));
+	if (!g)
+		return -ENOMEM;
+	size_t pl = strlen(path);
+	g->path = em_alloc(pl + 1);
+	g->dir = dir_of(path);
+	g->nblocks = (uint32_t)(((UINT64_C(1) << (EM_SEG_SPACE_BITS - seg_bits)) + SEG_BLOCK - 1) /
+				SEG_BLOCK);
+	g->blocks = em_zalloc(g->nblocks * sizeof(*g->blocks));
+	if (!g->path || !g->dir || !g->blocks)
+		goto undo;
+	memcpy(g->path, path, pl + 1);
+	g->writable = !(flags & EM_FILE_READONLY);
+	g->create = g->writable && (flags & EM_FILE_CREATE);
+	if (flags & EM_FILE_TRUNCATE) {
+		if (!g->writable) {
+			rc = -EINVAL;
+			goto undo;
+		}
+		rc = em_file_remove_segments(path);
+		if (rc == 0 && unlink(path) != 0 && errno != ENOENT)
+			rc = -errno;
+		if (rc < 0)
+			goto undo;
+		g->dir_dirty = 1;
+	}
+	for (int i = 0; i < SEG_RETIRED; i++)
+		g->retired[i] = -1;
+	pthread_mutex_init(&g->mu, NULL);
+	f->seg_bits = seg_bits;
+	f->segs = g;
+	return 0;
+undo:
+	em_free(g->blocks, 0);
+	em_free(g->dir, 0);
+	em_free(g->path, 0);
+	em_free(g, sizeof(*g));
+	return rc;
+}
+
+/* Segment n's table cell (allocating its block when alloc), or NULL. */
+static _Atomic int *seg_cell(struct em_segs *g, uint64_t n, int alloc)
+{
+	uint64_t b = n >> SEG_BLOCK_BITS;
+	if (b >= g->nblocks)
+		return NULL;
+	/* acquire: a block published by another thread is seen zeroed */
+	_Atomic int *blk = (_Atomic int *)atomic_load_explicit(&g->blocks[b], memory_order_acquire);
+	if (!blk && alloc) {
+		blk = em_zalloc(SEG_BLOCK * sizeof(_Atomic int));
+		if (!blk)
+			return NULL;
+		/* release: the zeroed block before its pointer (only under mu: no race) */
+		atomic_store_explicit(&g->blocks[b], (uintptr_t)blk, memory_order_release);
+	}
+	return blk ? &blk[n & (SEG_BLOCK - 1)] : NULL;
+}
+
+/* Segment n's descriptor, opening it (and creating it for a write) on first use:
+ * >= 0, or -errno. */
+static int seg_fd(struct em_file *f, uint64_t n, int write)
+{
+	struct em_segs *g = f->segs;
+	if (n >= (uint64_t)g->nblocks << SEG_BLOCK_BITS)
+		return -EFBIG;
+	if (write && !g->writable)
+		return -EBADF;
+	_Atomic int *cell = seg_cell(g, n, 0);
+	/* acquire: pairs with the release that published the descriptor */
+	int v = cell ? atomic_load_explicit(cell, memory_order_acquire) : 0;
+	if (v > 0)
+		return v - 1;
+	pthread_mutex_lock(&g->mu);
+	int rc;
+	cell = seg_cell(g, n, 1);
+	if (!cell) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	/* relaxed: under mu, which every store of a cell holds */
+	v = atomic_load_explicit(cell, memory_order_relaxed);
+	if (v > 0) {
+		rc = v - 1;
+		goto out;
+	}
+	char *name = seg_name(g, n);
+	if (!name) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	int oflags = O_CLOEXEC | (g->writable ? O_RDWR : O_RDONLY) |
+		     (write && g->create ? O_CREAT : 0);
+	int fd = open(name, oflags | O_DIRECT, 0644);
+	if (fd < 0 && errno == EINVAL) {
+		fd = open(name, oflags, 0644); /* the filesystem refuses O_DIRECT */
+		f->direct = 0;
+	}
+	rc = fd >= 0 ? fd : -errno;
+	em_free(name, 0);
+	if (fd >= 0) {
+		if (oflags & O_CREAT)
+			g->dir_dirty = 1;
+		/* release: the open descriptor before readers use it (invariant 3) */
+		atomic_store_explicit(cell, fd + 1, memory_order_release);
+	}
+out:
+	pthread_mutex_unlock(&g->mu);
+	return rc;
+}
+
+int em_file_check_segments(struct em_file *f, uint64_t off, uint64_t end)
+{
+	if (!f->segs || end <= off)
+		return 0;
+	for (uint64_t n = off >> f->seg_bits; n <= (end - 1) >> f->seg_bits; n++) {
+		int fd = seg_fd(f, n, 0);
+		if (fd < 0)
+			return fd;
+	}
+	return 0;
+}
+
+static void segs_close(struct em_file *f)
+{
+	struct em_segs *g = f->segs;
+	for (uint32_t b = 0; b < g->nblocks; b++) {
+		/* relaxed: closing, no other user is left */
+		_Atomic int *blk = (_Atomic int *)atomic_load_explicit(&g->blocks[b], memory_order_relaxed);
+		if (!blk)
+			continue;
+		for (uint32_t i = 0; i < SEG_BLOCK; i++) {
+			int v = atomic_load_explicit(&blk[i], memory_order_relaxed); /* as above */
+			if (v > 0)
+				close(v - 1);
+		}
+		em_free(blk, SEG_BLOCK * sizeof(_Atomic int));
+	}
+	for (int i = 0; i < SEG_RETIRED; i++)
+		if (g->retired[i] >= 0)
+			close(g->retired[i]);
+	pthread_mutex_destroy(&g->mu);
+	em_free(g->blocks, 0);
+	em_free(g->dir, 0);
+	em_free(g->path, 0);
+	em_free(g, sizeof(*g));
+	f->segs = NULL;
+	f->seg_bits = 0;
+}
+
 void em_file_close(struct em_file *f)
 {
+	if (f->segs)
+		segs_close(f);
 	if (f->fd >= 0)
 		close(f->fd);
 	f->fd = -1;
@@ -63,6 +356,8 @@ int em_dir_fsync(const char *path)
 
 int64_t em_file_size(struct em_file *f)
 {
+	if (f->segs)
+		return -EINVAL;
 	struct stat st;
 	if (fstat(f->fd, &st) != 0)
 		return -errno;
@@ -77,9 +372,17 @@ int em_ring_init(struct em_ring *r, uint32_t depth)
 		return fault;
 	struct io_uring_params p;
 	memset(&p, 0, sizeof(p));
-	int rc = io_uring_queue_init_params(depth, &r->ring, &p);
+	if (depth == 0 || depth > 16384)
+		return -EINVAL;
+	/* two submission entries a request: a split one takes both (invariant 1) */
+	int rc = io_uring_queue_init_params(2 * depth, &r->ring, &p);
 	if (rc < 0)
 		return rc;
+	r->splits = em_zalloc(depth * sizeof(struct em_split));
+	if (!r->splits) {
+		io_uring_queue_exit(&r->ring);
+		return -ENOMEM;
+	}
 	r->depth = depth;
 	r->ready = 1;
 	return 0;
@@ -91,6 +394,8 @@ void em_ring_exit(struct em_ring *r)
 		return;
 	EM_FAULT_RING_FORGET(r); /* fault injection: drop injected completions */
 	io_uring_queue_exit(&r->ring);
+	em_free(r->splits, r->depth * sizeof(struct em_split));
+	r->splits = NULL;
 	r->ready = 0;
 }
 
@@ -145,10 +450,86 @@ static inline int ring_fault(struct em_ring *r, uint64_t user_data, int err, int
 			return rc_;                                                 \
 	} while (0)
 
+/* Part p of a split request: its offset from the request's start and its length. */
+static void split_part(uint64_t off, uint32_t len, uint32_t seg_bits, uint32_t p, uint64_t *rel,
+		       uint32_t *plen)
+{
+	uint64_t seg = UINT64_C(1) << seg_bits;
+	uint64_t first = seg - (off & (seg - 1)); /* bytes of the first part's segment */
+	uint64_t a = p == 0 ? 0 : first + (uint64_t)(p - 1) * seg;
+	uint64_t b = first + (uint64_t)p * seg;
+	if (b > len)
+		b = len;
+	*rel = a;
+	*plen = (uint32_t)(b - a);
+}
+
+/* A read or write of a segmented file: one request per segment it touches. */
+static int seg_rw(struct em_ring *r, struct em_file *f, void *buf, uint32_t len, uint64_t off,
+		  uint64_t ud, int write)
+{
+	uint32_t bits = f->seg_bits;
+	uint64_t n0 = off >> bits, n1 = len ? (off + len - 1) >> bits : n0;
+	uint64_t parts = n1 - n0 + 1;
+	if (ud & SPLIT_BIT || parts > 2)
+		return -EINVAL;
+	if (r->inflight >= r->depth)
+		return -EBUSY;
+	uint32_t zeroed = 0;
+	int fds[2];
+	for (uint64_t n = n0; n <= n1; n++) { /* every segment open before anything is queued */
+		int fd = fds[n - n0] = seg_fd(f, n, write);
+		if (fd == -ENOENT && !write)
+			zeroed |= 1u << (n - n0); /* read as a hole (invariant 3) */
+		else if (fd < 0)
+			return fd;
+	}
+	if (write) {
+		/* release: pairs with em_io_fsync's acquire (it syncs every segment written) */
+		uint64_t hi = atomic_load_explicit(&f->segs->hi_written, memory_order_relaxed);
+		while (hi < n1 + 1 && !atomic_compare_exchange_weak_explicit(&f->segs->hi_written, &hi, n1 + 1,
+									       memory_order_release,
+									       memory_order_relaxed))
+			;
+	}
+	uint32_t e = 0;
+	int tagged = parts > 1 || zeroed;
+	if (tagged) {
+		/* a free entry exists: at most depth requests are in flight */
+		while (r->splits[e].left)
+			e++;
+		r->splits[e] = (struct em_split){ud, off, len, bits, (uint32_t)parts, zeroed,
+						 SPLIT_NONE, 0, 0};
+	}
+	r->inflight++; /* once for the request (invariant 1) */
+	for (uint32_t p = 0; p < parts; p++) {
+		uint64_t rel;
+		uint32_t plen;
+		split_part(off, len, bits, p, &rel, &plen);
+		/* never NULL: 2 x depth entries, at most 2 a request (invariant 1) */
+		struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
+		uint64_t o = (off + rel) & ((UINT64_C(1) << bits) - 1);
+		if (zeroed & (1u << p)) {
+			memset((uint8_t *)buf + rel, 0, plen);
+			io_uring_prep_nop(sqe);
+		} else {
+			int fd = fds[p];
+			if (write)
+				io_uring_prep_write(sqe, fd, (const uint8_t *)buf + rel, plen, o);
+			else
+				io_uring_prep_read(sqe, fd, (uint8_t *)buf + rel, plen, o);
+		}
+		io_uring_sqe_set_data64(sqe, tagged ? SPLIT_BIT | (uint64_t)e << 16 | p : ud);
+	}
+	return 0;
+}
+
 int em_ring_read(struct em_ring *r, struct em_file *f, void *buf, uint32_t len, uint64_t off,
 		 uint64_t user_data)
 {
 	RING_FAULT(r, EM_FAULT_IO_READ, user_data);
+	if (f->segs)
+		return seg_rw(r, f, buf, len, off, user_data, 0);
 	struct io_uring_sqe *sqe = ring_sqe(r);
 	if (!sqe)
 		return -EBUSY;
@@ -161,6 +542,8 @@ int em_ring_write(struct em_ring *r, struct em_file *f, const void *buf, uint32_
 		  uint64_t off, uint64_t user_data)
 {
 	RING_FAULT(r, EM_FAULT_IO_WRITE, user_data);
+	if (f->segs)
+		return seg_rw(r, f, (void *)(uintptr_t)buf, len, off, user_data, 1);
 	struct io_uring_sqe *sqe = ring_sqe(r);
 	if (!sqe)
 		return -EBUSY;
@@ -172,6 +555,8 @@ int em_ring_write(struct em_ring *r, struct em_file *f, const void *buf, uint32_
 int em_ring_fsync(struct em_ring *r, struct em_file *f, uint64_t user_data)
 {
 	RING_FAULT(r, EM_FAULT_IO_FSYNC, user_data);
+	if (f->segs)
+		return -EINVAL;
 	struct io_uring_sqe *sqe = ring_sqe(r);
 	if (!sqe)
 		return -EBUSY;
@@ -184,6 +569,8 @@ int em_ring_punch(struct em_ring *r, struct em_file *f, uint64_t off, uint64_t l
 		  uint64_t user_data)
 {
 	RING_FAULT(r, EM_FAULT_IO_PUNCH, user_data);
+	if (f->segs)
+		return -EINVAL;
 	struct io_uring_sqe *sqe = ring_sqe(r);
 	if (!sqe)
 		return -EBUSY;
@@ -210,16 +597,45 @@ static int ring_drain_ready(struct em_ring *r, em_ring_cb cb, void *ctx)
 {
 	struct io_uring_cqe *cqe;
 	unsigned head, n = 0;
+	int done = 0;
 	io_uring_for_each_cqe(&r->ring, head, cqe)
 	{
 		uint64_t ud = io_uring_cqe_get_data64(cqe);
-		int res = EM_FAULT_RING_RESULT(r, ud, cqe->res); /* fault injection */
 		n++;
+		if (ud & SPLIT_BIT) {
+			struct em_split *sp = &r->splits[(ud & ~SPLIT_BIT) >> 16];
+			uint32_t p = (uint32_t)(ud & 0xffff), plen;
+			uint64_t rel;
+			split_part(sp->off, sp->len, sp->seg_bits, p, &rel, &plen);
+			int pres = sp->zeroed & (1u << p) ? (int)plen : cqe->res;
+			if (pres < 0) {
+				if (!sp->err)
+					sp->err = pres;
+			} else if ((uint32_t)pres < plen && (sp->short_part == SPLIT_NONE || p < sp->short_part)) {
+				sp->short_part = p;
+				sp->short_res = pres;
+			}
+			if (--sp->left)
+				continue;
+			r->inflight--;
+			int res = sp->err;
+			if (!res && sp->short_part == SPLIT_NONE) {
+				res = (int)sp->len;
+			} else if (!res) {
+				split_part(sp->off, sp->len, sp->seg_bits, sp->short_part, &rel, &plen);
+				res = (int)(rel + (uint64_t)sp->short_res);
+			}
+			done++;
+			cb(ctx, sp->ud, EM_FAULT_RING_RESULT(r, sp->ud, res)); /* fault injection */
+			continue;
+		}
 		r->inflight--;
+		int res = EM_FAULT_RING_RESULT(r, ud, cqe->res); /* fault injection */
+		done++;
 		cb(ctx, ud, res);
 	}
 	io_uring_cq_advance(&r->ring, n);
-	return (int)n;
+	return done;
 }
 
 int em_ring_reap(struct em_ring *r, unsigned min_complete, em_ring_cb cb, void *ctx)
@@ -278,31 +694,88 @@ static int sync_wait(struct em_ring *r)
 	return sr.res;
 }
 
+/* A synchronous read or write, one segment at a time on a segmented file. */
+static int io_sync_rw(struct em_ring *r, struct em_file *f, void *buf, uint32_t len, uint64_t off,
+		      int write)
+{
+	uint64_t seg = f->segs ? UINT64_C(1) << f->seg_bits : UINT64_MAX;
+	do {
+		uint64_t room = f->segs ? seg - (off & (seg - 1)) : len;
+		uint32_t piece = room < len ? (uint32_t)room : len;
+		int rc = write ? em_ring_write(r, f, buf, piece, off, 0) : em_ring_read(r, f, buf, piece, off, 0);
+		if (rc < 0)
+			return rc;
+		rc = sync_wait(r);
+		if (rc < 0)
+			return rc;
+		if ((uint32_t)rc != piece)
+			return -EIO;
+		buf = (uint8_t *)buf + piece;
+		off += piece;
+		len -= piece;
+	} while (len);
+	return 0;
+}
+
 int em_io_pread(struct em_ring *r, struct em_file *f, void *buf, uint32_t len, uint64_t off)
 {
-	int rc = em_ring_read(r, f, buf, len, off, 0);
-	if (rc < 0)
-		return rc;
-	rc = sync_wait(r);
-	if (rc < 0)
-		return rc;
-	return (uint32_t)rc == len ? 0 : -EIO;
+	return io_sync_rw(r, f, buf, len, off, 0);
 }
 
 int em_io_pwrite(struct em_ring *r, struct em_file *f, const void *buf, uint32_t len,
 		 uint64_t off)
 {
-	int rc = em_ring_write(r, f, buf, len, off, 0);
-	if (rc < 0)
-		return rc;
-	rc = sync_wait(r);
-	if (rc < 0)
-		return rc;
-	return (uint32_t)rc == len ? 0 : -EIO;
+	return io_sync_rw(r, f, (void *)(uintptr_t)buf, len, off, 1);
+}
+
+/* Segmented punch. Ranges are released bottom-up (each starts where the last one
+ * ended, as a log's begin moves), so a segment whose end the range reaches holds
+ * nothing live: it is removed; the range's part of the segment where it ends is
+ * punched (a segment never created has nothing to release). */
+static int segs_punch(struct em_ring *r, struct em_file *f, uint64_t off, uint64_t len)
+{
+	struct em_segs *g = f->segs;
+	uint64_t seg = UINT64_C(1) << f->seg_bits, end = off + len;
+	int rc = 0;
+	for (uint64_t a = off; a < end && rc == 0;) {
+		uint64_t n = a >> f->seg_bits, s0 = n << f->seg_bits, s1 = s0 + seg;
+		uint64_t b = end < s1 ? end : s1;
+		if (b == s1) {
+			pthread_mutex_lock(&g->mu);
+			_Atomic int *cell = seg_cell(g, n, 0);
+			/* relaxed: under mu; no request uses a released segment (invariant 3) */
+			int v = cell ? atomic_exchange_explicit(cell, 0, memory_order_relaxed) : 0;
+			if (v > 0) {
+				int *slot = &g->retired[g->retired_next++ % SEG_RETIRED];
+				if (*slot >= 0)
+					close(*slot);
+				*slot = v - 1;
+			}
+			char *name = seg_name(g, n);
+			if (!name)
+				rc = -ENOMEM;
+			else if (unlink(name) != 0 && errno != ENOENT)
+				rc = -errno;
+			em_free(name, 0);
+			pthread_mutex_unlock(&g->mu);
+		} else {
+			int fd = seg_fd(f, n, 0);
+			if (fd >= 0) {
+				struct em_file one = {fd, f->direct, 0, NULL};
+				rc = em_io_punch(r, &one, a - s0, b - a);
+			} else if (fd != -ENOENT) {
+				rc = fd;
+			}
+		}
+		a = b;
+	}
+	return rc;
 }
 
 int em_io_punch(struct em_ring *r, struct em_file *f, uint64_t off, uint64_t len)
 {
+	if (f->segs)
+		return segs_punch(r, f, off, len);
 	int rc = em_ring_punch(r, f, off, len, 0);
 	if (rc < 0)
 		return rc;
@@ -310,8 +783,39 @@ int em_io_punch(struct em_ring *r, struct em_file *f, uint64_t off, uint64_t len
 	return rc < 0 ? rc : 0;
 }
 
+/* Segmented fsync: every segment written since the last one (the newest again,
+ * as writes may have gone on there), then the directory if segments were created. */
+static int segs_fsync(struct em_ring *r, struct em_file *f)
+{
+	struct em_segs *g = f->segs;
+	pthread_mutex_lock(&g->mu);
+	/* acquire: pairs with seg_rw's release (every segment written is counted) */
+	uint64_t hi = atomic_load_explicit(&g->hi_written, memory_order_acquire);
+	int rc = 0;
+	for (uint64_t n = g->sync_lo; n < hi && rc == 0; n++) {
+		_Atomic int *cell = seg_cell(g, n, 0);
+		/* relaxed: under mu, which every store of a cell holds */
+		int v = cell ? atomic_load_explicit(cell, memory_order_relaxed) : 0;
+		if (v <= 0)
+			continue; /* removed, or never written */
+		struct em_file one = {v - 1, f->direct, 0, NULL};
+		rc = em_io_fsync(r, &one);
+	}
+	if (rc == 0 && g->dir_dirty) {
+		rc = em_dir_fsync(g->dir);
+		if (rc == 0)
+			g->dir_dirty = 0;
+	}
+	if (rc == 0 && hi)
+		g->sync_lo = hi - 1;
+	pthread_mutex_unlock(&g->mu);
+	return rc;
+}
+
 int em_io_fsync(struct em_ring *r, struct em_file *f)
 {
+	if (f->segs)
+		return segs_fsync(r, f);
 	int rc = em_ring_fsync(r, f, 0);
 	if (rc < 0)
 		return rc;

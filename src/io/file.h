@@ -19,10 +19,34 @@
 
 #define EM_IO_ALIGN 4096u
 
+struct em_segs;
+
+/*
+ * A segmented file (em_file_open_segmented) is one logical file kept as a series of
+ * files of 2^seg_bits bytes: logical byte x lives at offset x mod 2^seg_bits of
+ * segment x >> seg_bits, the file "<path>.<n>" (n in decimal, at least 6 digits).
+ * Segments are opened on first use and created by their first write. A request
+ * may span at most two segments (a request no longer than a segment always does);
+ * one that crosses a segment end is split, and its two parts complete as one (one
+ * callback: the bytes moved from its start, or the first error). Why: on ext4 an
+ * O_DIRECT write that extends a file takes the inode's lock exclusively, waits for
+ * every direct I/O of the file in flight and completes synchronously, so reads of
+ * the file stall behind each appending write; with segments, only reads of the
+ * segment being appended do (docs/format.md 7.3).
+ */
 struct em_file {
-	int fd;
-	int direct; /* opened with O_DIRECT */
+	int fd;            /* one file: its descriptor; segmented: -1 */
+	int direct;        /* opened with O_DIRECT */
+	uint32_t seg_bits; /* 0: one file; else log2 of the segment size */
+	struct em_segs *segs;
 };
+
+/* Segment sizes em_file_open_segmented accepts: 2^EM_SEG_MIN_BITS .. 2^EM_SEG_MAX_BITS
+ * (the store asks for at least 32 MiB: its largest request, a record, fits in one). */
+#define EM_SEG_MIN_BITS 22u
+#define EM_SEG_MAX_BITS 40u
+/* Logical offsets of a segmented file stay below 2^EM_SEG_SPACE_BITS. */
+#define EM_SEG_SPACE_BITS 48u
 
 #define EM_FILE_CREATE 0x1
 #define EM_FILE_TRUNCATE 0x2
@@ -30,31 +54,52 @@ struct em_file {
 
 /* Open path. Returns 0 or -errno. */
 int em_file_open(struct em_file *f, const char *path, int flags);
+/* Open the segmented file "<path>.<n>" with segments of 2^seg_bits bytes (see
+ * above). EM_FILE_TRUNCATE removes its segments and a plain file at path first;
+ * EM_FILE_CREATE lets writes create segments (without it, as with READONLY, a
+ * missing segment fails its request with -ENOENT). Returns 0 or -errno (-EINVAL
+ * for seg_bits out of range). */
+int em_file_open_segmented(struct em_file *f, const char *path, int flags, uint32_t seg_bits);
+/* Segmented: 0 if every segment holding a byte of [off, end) exists, else -ENOENT
+ * (or another -errno from opening one). One file: 0. */
+int em_file_check_segments(struct em_file *f, uint64_t off, uint64_t end);
+/* Remove every segment file "<path>.<n>" (a store that was segmented and is
+ * recreated with one file). 0 or -errno. */
+int em_file_remove_segments(const char *path);
 void em_file_close(struct em_file *f);
-/* Current size in bytes, or -errno. */
+/* Current size in bytes, or -errno (-EINVAL for a segmented file). */
 int64_t em_file_size(struct em_file *f);
 /* Make the entries of directory path (creations, renames, removals) durable: open
  * it and fsync(2) it (io_uring has no use here: one synchronous call). 0 or -errno. */
 int em_dir_fsync(const char *path);
+
+struct em_split;
 
 struct em_ring {
 	struct io_uring ring;
 	uint32_t depth;
 	uint32_t inflight; /* submitted and not yet reaped */
 	int ready;
+	struct em_split *splits; /* depth entries: requests split at a segment end */
 };
 
+/* depth: requests in flight at most, 1 .. 16384. 0 or -errno. */
 int em_ring_init(struct em_ring *r, uint32_t depth);
 void em_ring_exit(struct em_ring *r);
 
 /* Queue a read or write. Returns 0, or -EBUSY when depth requests are in flight
- * (reap first). Nothing reaches the kernel before em_ring_submit(). */
+ * (reap first). Nothing reaches the kernel before em_ring_submit(). On a segmented
+ * file, a request spanning more than two segments fails with -EINVAL, and opening
+ * a segment may fail one (-errno; nothing queued). user_data must be below 2^63
+ * (the top bit marks the parts of a split request). */
 int em_ring_read(struct em_ring *r, struct em_file *f, void *buf, uint32_t len, uint64_t off,
 		 uint64_t user_data);
 int em_ring_write(struct em_ring *r, struct em_file *f, const void *buf, uint32_t len,
 		  uint64_t off, uint64_t user_data);
+/* One file only (-EINVAL for a segmented one: em_io_fsync). */
 int em_ring_fsync(struct em_ring *r, struct em_file *f, uint64_t user_data);
-/* Release [off, off + len) of the file's space (fallocate punch-hole, size kept). */
+/* Release [off, off + len) of the file's space (fallocate punch-hole, size kept).
+ * One file only (-EINVAL for a segmented one: em_io_punch). */
 int em_ring_punch(struct em_ring *r, struct em_file *f, uint64_t off, uint64_t len,
 		  uint64_t user_data);
 /* Hand queued requests to the kernel. Returns 0 or -errno. */
@@ -62,7 +107,8 @@ int em_ring_submit(struct em_ring *r);
 
 typedef void (*em_ring_cb)(void *ctx, uint64_t user_data, int res);
 /* Reap completions, waiting until at least min_complete arrived (0: do not wait).
- * Calls cb for each. Returns how many were reaped, or -errno. */
+ * Calls cb for each (once per request, however many parts it was split into).
+ * Returns how many requests completed, or -errno. */
 int em_ring_reap(struct em_ring *r, unsigned min_complete, em_ring_cb cb, void *ctx);
 /* Like em_ring_reap with min_complete 1, but gives up after timeout_us. */
 int em_ring_reap_timeout(struct em_ring *r, unsigned timeout_us, em_ring_cb cb, void *ctx);
@@ -72,6 +118,10 @@ int em_ring_reap_timeout(struct em_ring *r, unsigned timeout_us, em_ring_cb cb, 
 int em_io_pread(struct em_ring *r, struct em_file *f, void *buf, uint32_t len, uint64_t off);
 int em_io_pwrite(struct em_ring *r, struct em_file *f, const void *buf, uint32_t len,
 		 uint64_t off);
+/* Segmented: fsync every segment written since the last call (and the directory
+ * once a segment was created); pread/pwrite go segment by segment; punch expects
+ * ranges released bottom-up (each one starting at or above where the previous one
+ * ended) and removes every segment file whose end the range reaches. */
 int em_io_fsync(struct em_ring *r, struct em_file *f);
 int em_io_punch(struct em_ring *r, struct em_file *f, uint64_t off, uint64_t len);
 

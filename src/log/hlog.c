@@ -196,8 +196,14 @@ static void worker_flush(struct hlog *l)
 		/* only the last write of a flush ends on a record boundary (the cursor) */
 		l->writes[idx] = (struct hlog_write){start, end, end >= target ? cursor : 0, 0};
 		void *src = l->base + (l->mem_mask ? (start & l->mem_mask) : (start % l->mem_size));
-		if (em_ring_write(&l->ring, l->file, src, (uint32_t)(end - start), start, idx) < 0)
+		int wrc = em_ring_write(&l->ring, l->file, src, (uint32_t)(end - start), start, idx);
+		if (wrc < 0) {
+			/* -EBUSY: the ring is full, go on next time; anything else (a log
+			 * segment that cannot be created) stops the log: sticky flag */
+			if (wrc != -EBUSY)
+				atomic_store_explicit(&l->error, wrc, memory_order_relaxed);
 			break;
+		}
 		l->writes_count++;
 		start = end;
 	}

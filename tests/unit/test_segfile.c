@@ -1,0 +1,329 @@
+/*
+ * test_segfile.c - segmented files (io/file.h, em_file_open_segmented): requests
+ * that cross a segment end complete as one (bytes, a short first part ending the
+ * count, an error) and count once in the depth (-EBUSY; -EINVAL for a request of
+ * three segments), missing segments reading as zeros, the
+ * segment files they create, synchronous helpers piece by piece on a 2-deep ring,
+ * punch removing the segments it covers whole, fsync, the existence check a
+ * recovery makes, read-only and no-create opens, truncation, bad arguments, and
+ * 4 threads opening and filling segments of one file at once (each with its ring).
+ */
+#include <ember.h>
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/alloc.h"
+#include "io/file.h"
+#include "test_util.h"
+
+#define MIB (UINT64_C(1) << 20)
+#define SEG_BITS EM_SEG_MIN_BITS /* 4 MiB segments */
+
+static int result[16];
+static int calls;
+
+static void done(void *ctx, uint64_t ud, int res)
+{
+	(void)ctx;
+	CHECK(ud < 16, "user_data %llu came back (a split part's tag leaked?)",
+	      (unsigned long long)ud);
+	result[ud] = res;
+	calls++;
+}
+
+/* Submit what is queued and reap exactly `want` callbacks. */
+static void complete(struct em_ring *r, int want)
+{
+	calls = 0;
+	CHECK_OK(em_ring_submit(r));
+	CHECK(em_ring_reap(r, (unsigned)want, done, NULL) == want, "reap: %d callbacks, want %d",
+	      calls, want);
+	CHECK(calls == want, "callbacks %d, want %d", calls, want);
+}
+
+static int seg_exists(const char *path, unsigned n)
+{
+	char name[4300];
+	struct stat st;
+	snprintf(name, sizeof(name), "%s.%06u", path, n);
+	return stat(name, &st) == 0;
+}
+
+static void fill(uint8_t *p, uint64_t off, uint64_t len)
+{
+	for (uint64_t i = 0; i < len; i += 4096)
+		memset(p + i, (int)(((off + i) >> 12) * 7 + 1), 4096);
+}
+
+static void check_bytes(const uint8_t *p, uint64_t off, uint64_t len, const char *what)
+{
+	for (uint64_t i = 0; i < len; i += 4096) {
+		uint8_t want = (uint8_t)(((off + i) >> 12) * 7 + 1);
+		CHECK(p[i] == want && p[i + 4095] == want, "%s: block at %llu holds %u, want %u", what,
+		      (unsigned long long)(off + i), p[i], want);
+	}
+}
+
+static void split_requests(const char *path)
+{
+	struct em_file f;
+	struct em_ring r;
+	CHECK_OK(em_file_open_segmented(&f, path, EM_FILE_CREATE | EM_FILE_TRUNCATE, SEG_BITS));
+	CHECK_OK(em_ring_init(&r, 8));
+	size_t cap = 16 * MIB;
+	uint8_t *w = em_alloc_io(cap), *rd = em_alloc_io(cap);
+	CHECK(w && rd, "buffers");
+
+	/* [2,6) [6,10) [10,14) [14,15) MiB: the first three cross a segment end; one
+	 * callback each, one unit of the depth each */
+	fill(w, 2 * MIB, 13 * MIB);
+	for (int i = 0; i < 3; i++)
+		CHECK_OK(em_ring_write(&r, &f, w + (uint64_t)i * 4 * MIB, (uint32_t)(4 * MIB),
+				       (2 + 4 * (uint64_t)i) * MIB, (uint64_t)i));
+	CHECK_OK(em_ring_write(&r, &f, w + 12 * MIB, (uint32_t)MIB, 14 * MIB, 3));
+	CHECK(r.inflight == 4, "4 requests in flight, counted once each (%u)", r.inflight);
+	complete(&r, 4);
+	for (int i = 0; i < 4; i++)
+		CHECK(result[i] == (int)((i < 3 ? 4 : 1) * MIB), "write %d: %d", i, result[i]);
+	for (unsigned n = 0; n < 4; n++)
+		CHECK(seg_exists(path, n), "segment %u created", n);
+	CHECK(!seg_exists(path, 4), "segment 4 not created");
+
+	/* read back: split reads, and one inside a segment */
+	memset(rd, 0, cap);
+	for (int i = 0; i < 3; i++)
+		CHECK_OK(em_ring_read(&r, &f, rd + (uint64_t)i * 4 * MIB, (uint32_t)(4 * MIB),
+				      (2 + 4 * (uint64_t)i) * MIB, (uint64_t)i));
+	CHECK_OK(em_ring_read(&r, &f, rd + 12 * MIB, (uint32_t)MIB, 9 * MIB, 3));
+	complete(&r, 4);
+	for (int i = 0; i < 4; i++)
+		CHECK(result[i] == (int)((i < 3 ? 4 : 1) * MIB), "read %d: %d", i, result[i]);
+	check_bytes(rd, 2 * MIB, 12 * MIB, "split reads");
+	check_bytes(rd + 12 * MIB, 9 * MIB, MIB, "plain read");
+	/* a request spanning three segments is refused */
+	CHECK(em_ring_read(&r, &f, rd, (uint32_t)(9 * MIB), 3 * MIB, 0) == -EINVAL, "3 segments");
+	CHECK(em_ring_read(&r, &f, rd, 4096, 0, UINT64_C(1) << 63) == -EINVAL, "top bit");
+
+	/* a read running past the end of the last segment comes back short */
+	CHECK_OK(em_ring_read(&r, &f, rd, (uint32_t)(2 * MIB), 14 * MIB, 4));
+	complete(&r, 1);
+	CHECK(result[4] == (int)MIB, "short read at the end: %d", result[4]);
+
+	/* a short first part ends the count, whatever the second moved: segment 5
+	 * holds 1 MiB, segment 6 all of its 4 MiB */
+	fill(w, 20 * MIB, MIB);
+	fill(w + MIB, 24 * MIB, 4 * MIB);
+	CHECK_OK(em_ring_write(&r, &f, w, (uint32_t)MIB, 20 * MIB, 5));
+	CHECK_OK(em_ring_write(&r, &f, w + MIB, (uint32_t)(4 * MIB), 24 * MIB, 6));
+	complete(&r, 2);
+	CHECK(result[5] == (int)MIB && result[6] == (int)(4 * MIB), "writes %d %d", result[5],
+	      result[6]);
+	CHECK_OK(em_ring_read(&r, &f, rd, (uint32_t)(5 * MIB), 20 * MIB, 7));
+	complete(&r, 1);
+	CHECK(result[7] == (int)MIB, "short first part: %d, want 1 MiB", result[7]);
+	/* both parts failing (a misaligned buffer, refused by O_DIRECT): the error */
+	if (f.direct) {
+		CHECK_OK(em_ring_read(&r, &f, rd + 1, (uint32_t)(4 * MIB), 6 * MIB, 8));
+		complete(&r, 1);
+		CHECK(result[8] == -EINVAL, "misaligned split read: %d", result[8]);
+	}
+
+	/* the depth counts requests: a 2-deep ring takes two split requests */
+	struct em_ring small;
+	CHECK_OK(em_ring_init(&small, 2));
+	CHECK_OK(em_ring_read(&small, &f, rd, (uint32_t)(4 * MIB), 2 * MIB, 9));
+	CHECK_OK(em_ring_read(&small, &f, rd + 4 * MIB, (uint32_t)(4 * MIB), 6 * MIB, 10));
+	CHECK(em_ring_read(&small, &f, rd, 4096, 0, 11) == -EBUSY, "depth full");
+	CHECK(small.inflight == 2, "2 in flight (%u)", small.inflight);
+	complete(&small, 2);
+	CHECK(result[9] == (int)(4 * MIB) && result[10] == (int)(4 * MIB), "reads %d %d",
+	      result[9], result[10]);
+	check_bytes(rd, 2 * MIB, 8 * MIB, "2-deep ring");
+
+	/* a segment that does not exist reads as zeros, as a hole does: [18, 22) is
+	 * 2 MiB of missing segment 4, then 1 MiB of segment 5 and its end */
+	memset(rd, 0xee, 4 * MIB);
+	CHECK_OK(em_ring_read(&r, &f, rd, (uint32_t)(4 * MIB), 18 * MIB, 0));
+	complete(&r, 1);
+	CHECK(result[0] == (int)(3 * MIB), "missing then short: %d, want 3 MiB", result[0]);
+	CHECK(rd[0] == 0 && rd[2 * MIB - 1] == 0, "missing segment reads zeros");
+	check_bytes(rd + 2 * MIB, 20 * MIB, MIB, "after the missing segment");
+	CHECK_OK(em_ring_read(&r, &f, rd, 4096, 16 * MIB, 0));
+	complete(&r, 1);
+	CHECK(result[0] == 4096 && rd[0] == 0, "read inside a missing segment: %d", result[0]);
+	CHECK(!seg_exists(path, 4), "a read creates nothing");
+	/* one-file calls refuse a segmented file */
+	CHECK(em_ring_fsync(&r, &f, 0) == -EINVAL, "em_ring_fsync");
+	CHECK(em_ring_punch(&r, &f, 0, 4096, 0) == -EINVAL, "em_ring_punch");
+	CHECK(em_file_size(&f) == -EINVAL, "em_file_size");
+	struct em_ring zero;
+	CHECK(em_ring_init(&zero, 0) == -EINVAL, "depth 0");
+
+	/* synchronous helpers go segment by segment, even on a 2-deep ring */
+	fill(w, 30 * MIB, 10 * MIB);
+	CHECK_OK(em_io_pwrite(&small, &f, w, (uint32_t)(10 * MIB), 30 * MIB));
+	memset(rd, 0, cap);
+	CHECK_OK(em_io_pread(&small, &f, rd, (uint32_t)(10 * MIB), 30 * MIB));
+	check_bytes(rd, 30 * MIB, 10 * MIB, "pread");
+	CHECK(em_io_pread(&small, &f, rd, (uint32_t)(2 * MIB), 20 * MIB) == -EIO,
+	      "pread past the end of segment 5's data");
+	CHECK_OK(em_io_pread(&small, &f, rd, (uint32_t)(4 * MIB), 38 * MIB)); /* 10: zeros */
+	CHECK(rd[3 * MIB] == 0, "segment 10 reads zeros");
+	CHECK_OK(em_io_fsync(&small, &f));
+	CHECK_OK(em_io_fsync(&small, &f)); /* nothing new: the newest segment again */
+
+	/* the existence check, then punch: [4, 9) MiB removes segment 1 and punches
+	 * the first MiB of segment 2 */
+	CHECK_OK(em_file_check_segments(&f, 0, 16 * MIB));
+	CHECK(em_file_check_segments(&f, 0, 20 * MIB + 1) == -ENOENT, "segment 4 missing");
+	CHECK_OK(em_io_punch(&small, &f, 4 * MIB, 5 * MIB));
+	CHECK(!seg_exists(path, 1) && seg_exists(path, 2) && seg_exists(path, 0), "punch removed "
+	      "segment 1 only");
+	CHECK(em_file_check_segments(&f, 0, 16 * MIB) == -ENOENT, "check after punch");
+	CHECK_OK(em_file_check_segments(&f, 8 * MIB, 16 * MIB));
+	rd[0] = 0xee;
+	CHECK_OK(em_io_pread(&small, &f, rd, 4096, 5 * MIB));
+	CHECK(rd[0] == 0, "a removed segment reads zeros");
+	CHECK_OK(em_io_pread(&small, &f, rd, (uint32_t)MIB, 8 * MIB));
+	for (uint64_t i = 0; i < MIB; i++)
+		if (rd[i]) {
+			CHECK(0, "punched byte %llu is %u", (unsigned long long)i, rd[i]);
+			break;
+		}
+	CHECK_OK(em_io_pread(&small, &f, rd, (uint32_t)MIB, 9 * MIB));
+	check_bytes(rd, 9 * MIB, MIB, "after punch");
+	/* a range over segments never created releases nothing and fails nothing */
+	CHECK_OK(em_io_punch(&small, &f, 44 * MIB + 4096, 8 * MIB));
+	em_ring_exit(&small);
+	em_ring_exit(&r);
+	em_file_close(&f);
+
+	/* reopen without create: reads work, a write to a new segment fails; read-only
+	 * refuses writes */
+	CHECK_OK(em_file_open_segmented(&f, path, 0, SEG_BITS));
+	CHECK_OK(em_ring_init(&r, 8));
+	CHECK_OK(em_io_pread(&r, &f, rd, (uint32_t)MIB, 9 * MIB));
+	check_bytes(rd, 9 * MIB, MIB, "reopened");
+	CHECK(em_ring_write(&r, &f, w, 4096, 48 * MIB, 0) == -ENOENT, "no create");
+	CHECK_OK(em_io_pwrite(&r, &f, w, 4096, 0)); /* an existing segment */
+	em_file_close(&f);
+	CHECK_OK(em_file_open_segmented(&f, path, EM_FILE_READONLY, SEG_BITS));
+	CHECK_OK(em_io_pread(&r, &f, rd, 4096, 0));
+	CHECK(em_ring_write(&r, &f, w, 4096, 0, 0) == -EBADF, "read-only write");
+	em_file_close(&f);
+	CHECK(em_file_open_segmented(&f, path, EM_FILE_READONLY | EM_FILE_TRUNCATE, SEG_BITS) ==
+		      -EINVAL,
+	      "truncate read-only");
+
+	/* truncation removes the segments and a plain file of the same name */
+	FILE *plain = fopen(path, "w");
+	CHECK(plain != NULL, "plain file");
+	fclose(plain);
+	CHECK_OK(em_file_open_segmented(&f, path, EM_FILE_CREATE | EM_FILE_TRUNCATE, SEG_BITS));
+	CHECK(!seg_exists(path, 0) && !seg_exists(path, 2) && access(path, F_OK) != 0,
+	      "truncated");
+	em_file_close(&f);
+	/* em_file_remove_segments leaves other names alone */
+	char other[4300];
+	snprintf(other, sizeof(other), "%s.x1", path);
+	plain = fopen(other, "w");
+	CHECK(plain != NULL, "other file");
+	fclose(plain);
+	CHECK_OK(em_file_open_segmented(&f, path, EM_FILE_CREATE, SEG_BITS));
+	CHECK_OK(em_io_pwrite(&r, &f, w, 4096, 4 * MIB));
+	em_file_close(&f);
+	CHECK(seg_exists(path, 1), "written");
+	CHECK_OK(em_file_remove_segments(path));
+	CHECK(!seg_exists(path, 1) && access(other, F_OK) == 0, "remove_segments");
+	remove(other);
+
+	/* bad arguments */
+	CHECK(em_file_open_segmented(&f, path, EM_FILE_CREATE, EM_SEG_MIN_BITS - 1) == -EINVAL,
+	      "segment too small");
+	CHECK(em_file_open_segmented(&f, path, EM_FILE_CREATE, EM_SEG_MAX_BITS + 1) == -EINVAL,
+	      "segment too large");
+	CHECK(em_file_open_segmented(&f, NULL, EM_FILE_CREATE, SEG_BITS) == -EINVAL, "NULL path");
+	em_ring_exit(&r);
+	em_free(w, cap);
+	em_free(rd, cap);
+}
+
+/* ---- 4 threads, one file ------------------------------------------------------------ */
+
+#define THREADS 4
+#define PER_THREAD 24 /* writes of 1.5 MiB each: the threads' ranges interleave */
+
+struct worker {
+	struct em_file *f;
+	int id;
+	int failed;
+};
+
+static void *worker_main(void *arg)
+{
+	struct worker *wk = arg;
+	struct em_ring r;
+	uint64_t len = 3 * MIB / 2;
+	uint8_t *buf = em_alloc_io(len), *back = em_alloc_io(len);
+	if (!buf || !back || em_ring_init(&r, 8) != 0) {
+		wk->failed = 1;
+		return NULL;
+	}
+	for (int i = 0; i < PER_THREAD && !wk->failed; i++) {
+		/* slot i * THREADS + id: neighbours' writes meet inside segments */
+		uint64_t off = ((uint64_t)i * THREADS + (uint64_t)wk->id) * len;
+		fill(buf, off, len);
+		if (em_io_pwrite(&r, wk->f, buf, (uint32_t)len, off) != 0 ||
+		    em_io_pread(&r, wk->f, back, (uint32_t)len, off) != 0 || memcmp(buf, back, len))
+			wk->failed = 1;
+	}
+	em_ring_exit(&r);
+	em_free(buf, len);
+	em_free(back, len);
+	return NULL;
+}
+
+static void threads(const char *path)
+{
+	struct em_file f;
+	CHECK_OK(em_file_open_segmented(&f, path, EM_FILE_CREATE | EM_FILE_TRUNCATE, SEG_BITS));
+	pthread_t th[THREADS];
+	struct worker wk[THREADS];
+	for (int i = 0; i < THREADS; i++) {
+		wk[i] = (struct worker){&f, i, 0};
+		CHECK(pthread_create(&th[i], NULL, worker_main, &wk[i]) == 0, "thread");
+	}
+	for (int i = 0; i < THREADS; i++) {
+		pthread_join(th[i], NULL);
+		CHECK(!wk[i].failed, "thread %d: a write or its read back failed", i);
+	}
+	/* everything again, through one ring in 6 MiB requests */
+	struct em_ring r;
+	CHECK_OK(em_ring_init(&r, 4));
+	uint64_t total = (uint64_t)THREADS * PER_THREAD * 3 * MIB / 2;
+	uint8_t *rd = em_alloc_io(6 * MIB);
+	for (uint64_t off = 0; off < total; off += 6 * MIB) {
+		CHECK_OK(em_io_pread(&r, &f, rd, (uint32_t)(6 * MIB), off));
+		check_bytes(rd, off, 6 * MIB, "after the threads");
+	}
+	CHECK_OK(em_io_fsync(&r, &f));
+	em_free(rd, 6 * MIB);
+	em_ring_exit(&r);
+	em_file_close(&f);
+}
+
+int main(int argc, char **argv)
+{
+	tu_init("test_segfile", argc, argv);
+	char dir[4096], path[4200];
+	CHECK(tu_tmpdir_make("segfile", dir, sizeof(dir)) == 0, "tmpdir");
+	snprintf(path, sizeof(path), "%s/log", dir);
+	split_requests(path);
+	threads(path);
+	tu_tmpdir_remove(dir);
+	printf("ok\n");
+	return 0;
+}

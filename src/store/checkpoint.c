@@ -178,7 +178,8 @@ enum {
 	M_COLD_MEM = 48, M_CHUNK_MEM = 56, M_BUCKETS = 64, M_CHUNKS = 72, M_CHUNK_BYTES = 80,
 	M_HOT_BEGIN = 88, M_HOT_REPLAY = 96, M_HOT_END = 104, M_COLD_BEGIN = 112,
 	M_COLD_END = 120, M_CHUNK_BEGIN = 128, M_CHUNK_END = 136, M_INDEX_ENTRIES = 144,
-	M_INDEX_SUM = 152, M_TABLE_BYTES = 160, M_TABLE_SUM = 168, M_SUM = CKPT_META_SIZE - 8,
+	M_INDEX_SUM = 152, M_TABLE_BYTES = 160, M_TABLE_SUM = 168, M_SEGMENT = 176,
+	M_SUM = CKPT_META_SIZE - 8,
 };
 
 static void put64(uint8_t *b, size_t off, uint64_t v) { memcpy(b + off, &v, 8); }
@@ -214,6 +215,7 @@ void ckpt_meta_encode(const struct ckpt_meta *m, uint8_t *b)
 	put64(b, M_INDEX_SUM, m->index_sum);
 	put64(b, M_TABLE_BYTES, m->table_bytes);
 	put64(b, M_TABLE_SUM, m->table_sum);
+	put64(b, M_SEGMENT, m->geo.log_segment_bytes);
 	put64(b, M_SUM, XXH3_64bits(b, M_SUM));
 }
 
@@ -247,6 +249,7 @@ int ckpt_meta_parse(const uint8_t *b, size_t len, struct ckpt_meta *m)
 	m->index_sum = get64(b, M_INDEX_SUM);
 	m->table_bytes = get64(b, M_TABLE_BYTES);
 	m->table_sum = get64(b, M_TABLE_SUM);
+	m->geo.log_segment_bytes = get64(b, M_SEGMENT);
 	/* a checksummed block can still hold nonsense written by a bug: check ranges */
 	int ok = m->id > 0 && m->hot_begin >= EM_LOG_START && m->hot_begin <= m->hot_replay &&
 		 m->hot_replay <= m->hot_end && m->hot_end <= EM_ADDR_MASK &&
@@ -263,7 +266,8 @@ static int geometry_equal(const struct store_geometry *a, const struct store_geo
 	return a->page_size == b->page_size && a->hot_mem == b->hot_mem &&
 	       a->cold_mem == b->cold_mem && a->chunk_mem == b->chunk_mem &&
 	       a->index_buckets == b->index_buckets && a->cold_index_chunks == b->cold_index_chunks &&
-	       a->cold_chunk_bytes == b->cold_chunk_bytes;
+	       a->cold_chunk_bytes == b->cold_chunk_bytes &&
+	       a->log_segment_bytes == b->log_segment_bytes;
 }
 
 /* ---- writing a checkpoint's files ----------------------------------------------- */
@@ -440,6 +444,7 @@ static void geometry_of(struct ember_db *db, struct store_geometry *g)
 	g->index_buckets = db->index.nbuckets;
 	g->cold_index_chunks = db->cidx.nchunks;
 	g->cold_chunk_bytes = db->cidx.chunk_bytes;
+	g->log_segment_bytes = db->opts.log_segment_bytes;
 }
 
 /* Write meta through meta.tmp and a rename, then make both directories durable. */

@@ -21,6 +21,7 @@ struct store_geometry {
 	uint64_t index_buckets;
 	uint64_t cold_index_chunks;
 	uint64_t cold_chunk_bytes;
+	uint64_t log_segment_bytes; /* 0: each log one file */
 };
 
 /* A checkpoint's metadata (the "meta" file; layout in docs/format.md). */

@@ -66,7 +66,7 @@ int read_record_sync(ember_session *s, struct hlog *log, struct em_file *f, uint
 			return rc;
 		int res = session_read_sync(s, f, s->rbuf, (uint32_t)len, off);
 		if (res < 0)
-			return res;
+			return addr < hlog_load(&log->begin) ? EMBER_EAGAIN : res; /* released */
 		uint64_t pos = addr - off;
 		struct record *r = (struct record *)(void *)(s->rbuf + pos);
 		int bad = pos + REC_HDR_SIZE > (uint64_t)res;

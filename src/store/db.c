@@ -46,7 +46,14 @@
 #define CHUNK_NAME "cold.idx"
 #define SUPER_SIZE 4096u
 #define SUPER_MAGIC "EMBERDB\0"
-#define FORMAT_VERSION 2u
+#define FORMAT_VERSION 2u     /* each log one file */
+#define FORMAT_VERSION_SEG 3u /* logs in segment files (log_segment_bytes at 72) */
+/* The smallest log segment: every request the store makes (a record: value, key and
+ * header, under 17 MiB; a flush write: 4 MiB) spans at most two segments, as
+ * em_ring_read/write require. */
+#define LOG_SEGMENT_MIN (UINT64_C(32) << 20)
+_Static_assert(LOG_SEGMENT_MIN >= EMBER_MAX_VALUE_LEN + EMBER_MAX_KEY_LEN + 4096,
+	       "a record fits in one segment");
 
 void ember_options_default(ember_options *o)
 {
@@ -106,6 +113,11 @@ static int options_resolve(const ember_options *in, ember_options *out)
 	    out->cold_cache_memory > (UINT64_C(1) << 44))
 		return EMBER_EINVAL;
 	if (out->read_cache_memory && out->read_cache_memory / out->page_size < 8)
+		return EMBER_EINVAL;
+	if (out->log_segment_bytes &&
+	    (out->log_segment_bytes < LOG_SEGMENT_MIN ||
+	     out->log_segment_bytes > (UINT64_C(1) << EM_SEG_MAX_BITS) ||
+	     (out->log_segment_bytes & (out->log_segment_bytes - 1))))
 		return EMBER_EINVAL;
 	if (out->flags & ~(uint32_t)(EMBER_OPEN_TRUNCATE | EMBER_OPEN_READONLY))
 		return EMBER_EINVAL;
@@ -231,7 +243,7 @@ static int super_read(struct em_ring *ring, const char *path, struct store_geome
 		rc = EMBER_ENOTEMBER;
 	else if (sum != super_checksum(sb))
 		rc = EMBER_ECORRUPT;
-	else if (version != FORMAT_VERSION)
+	else if (version != FORMAT_VERSION && version != FORMAT_VERSION_SEG)
 		rc = EMBER_EVERSION;
 	else
 		rc = 0;
@@ -245,6 +257,13 @@ static int super_read(struct em_ring *ring, const char *path, struct store_geome
 		memcpy(&geo->index_buckets, sb + 48, 8);
 		memcpy(&geo->cold_index_chunks, sb + 56, 8);
 		memcpy(&geo->cold_chunk_bytes, sb + 64, 8);
+		memcpy(&geo->log_segment_bytes, sb + 72, 8);
+		uint64_t seg = geo->log_segment_bytes;
+		/* version 2: reserved zero; version 3: a segment size (docs/format.md 7.2) */
+		int seg_ok = version == FORMAT_VERSION
+				     ? seg == 0
+				     : seg >= LOG_SEGMENT_MIN &&
+					       seg <= (UINT64_C(1) << EM_SEG_MAX_BITS) && !(seg & (seg - 1));
 		/* checksummed, but check what the rest of open relies on */
 		if (page < (64u << 10) || page > (64u << 20) || (page & (page - 1)) ||
 		    geo->hot_mem < 8 * (uint64_t)page || geo->hot_mem % page ||
@@ -256,7 +275,8 @@ static int super_read(struct em_ring *ring, const char *path, struct store_geome
 		    geo->index_buckets > (UINT64_C(1) << 36) || !geo->cold_index_chunks ||
 		    (geo->cold_index_chunks & (geo->cold_index_chunks - 1)) ||
 		    geo->cold_index_chunks > (UINT64_C(1) << 36) || geo->cold_chunk_bytes < 64 ||
-		    geo->cold_chunk_bytes > 4096 || (geo->cold_chunk_bytes & (geo->cold_chunk_bytes - 1)))
+		    geo->cold_chunk_bytes > 4096 || (geo->cold_chunk_bytes & (geo->cold_chunk_bytes - 1)) ||
+		    !seg_ok)
 			rc = EMBER_ECORRUPT;
 	}
 undo_buf:
@@ -289,7 +309,8 @@ static int super_write(struct em_ring *ring, const char *dir, const char *path,
 		goto undo_alloc;
 	memset(sb, 0, SUPER_SIZE);
 	memcpy(sb, SUPER_MAGIC, 8);
-	uint32_t version = FORMAT_VERSION, page = (uint32_t)g->page_size;
+	uint32_t version = g->log_segment_bytes ? FORMAT_VERSION_SEG : FORMAT_VERSION;
+	uint32_t page = (uint32_t)g->page_size;
 	uint64_t now = (uint64_t)time(NULL);
 	memcpy(sb + 8, &version, 4);
 	memcpy(sb + 12, &page, 4);
@@ -300,6 +321,7 @@ static int super_write(struct em_ring *ring, const char *dir, const char *path,
 	memcpy(sb + 48, &g->index_buckets, 8);
 	memcpy(sb + 56, &g->cold_index_chunks, 8);
 	memcpy(sb + 64, &g->cold_chunk_bytes, 8);
+	memcpy(sb + 72, &g->log_segment_bytes, 8);
 	uint64_t sum = super_checksum(sb);
 	memcpy(sb + SUPER_SIZE - 8, &sum, 8);
 	rc = em_io_pwrite(ring, &f, sb, SUPER_SIZE, 0);
@@ -400,7 +422,21 @@ static int log_open(struct ember_db *db, const char *name, uint64_t mem, double 
 	/* a recovered log must exist: creating it empty would turn a lost file into
 	 * reads that fail one by one instead of a clean error here */
 	int fl = db->readonly ? EM_FILE_READONLY : begin ? 0 : EM_FILE_CREATE | EM_FILE_TRUNCATE;
-	int rc = em_file_open(file, path, fl);
+	uint64_t seg = db->opts.log_segment_bytes;
+	int rc;
+	if (seg) {
+		/* segments exist only where the log has data: check [begin, tail) */
+		/* writes create the segments past the recovered tail */
+		rc = em_file_open_segmented(file, path, db->readonly ? fl : fl | EM_FILE_CREATE,
+					    (uint32_t)__builtin_ctzll(seg));
+		if (rc == 0 && begin && (rc = em_file_check_segments(file, begin, tail)) < 0)
+			em_file_close(file);
+	} else {
+		/* a new one-file log: segments left by an earlier store go */
+		rc = !begin && !db->readonly ? em_file_remove_segments(path) : 0;
+		if (rc == 0)
+			rc = em_file_open(file, path, fl);
+	}
 	if (rc < 0 && begin)
 		db_report(db, "%s: cannot open a log the checkpoint needs: %s", path,
 			  ember_strerror(rc));
@@ -499,6 +535,7 @@ int ember_open(const char *dir, const ember_options *opts, ember_db **out)
 		db->opts.index_buckets = geo.index_buckets;
 		db->opts.cold_index_chunks = geo.cold_index_chunks;
 		db->opts.cold_chunk_bytes = (uint32_t)geo.cold_chunk_bytes;
+		db->opts.log_segment_bytes = geo.log_segment_bytes;
 		rc = ckpt_find(db, &geo, &m, &found);
 		if (rc < 0)
 			goto undo_ckpt;
@@ -564,7 +601,8 @@ int ember_open(const char *dir, const ember_options *opts, ember_db **out)
 	if (!recover) {
 		struct store_geometry g = {db->opts.page_size, db->hot->mem_size, db->cold->mem_size,
 					   db->chunks->mem_size, db->index.nbuckets,
-					   db->cidx.nchunks, db->cidx.chunk_bytes};
+					   db->cidx.nchunks, db->cidx.chunk_bytes,
+					   db->opts.log_segment_bytes};
 		rc = super_step(db, 1, &g, NULL);
 		if (rc < 0)
 			goto undo_compactor;

@@ -321,6 +321,12 @@ static void on_read(struct lookup_run *run, uint32_t idx, int res)
 	uint8_t *buf = io->cur;
 	int next;
 	if (res < 0) {
+		if (l->addr < hlog_load(&phase_log(db, l->phase)->begin)) {
+			/* released meanwhile (a log segment removed under the read): as a
+			 * record that fails its checks there, back to the index */
+			next = bad_record(run, l);
+			goto out;
+		}
 		finish(run, l, res, NULL, 0);
 		slot_release(s, idx);
 		return;

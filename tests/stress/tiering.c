@@ -17,6 +17,10 @@
  *   bounded     an update-only load of many times the disk budgets: the hot and cold
  *               logs never exceed their budgets (plus one pass of slack), and the
  *               files' allocated blocks stay bounded too (space is released).
+ *
+ * Extra arguments: "rc" turns the read cache on; "seg" keeps the logs in segment
+ * files of 32 MiB (ember_options.log_segment_bytes): released space goes back by
+ * removing segment files (bounded checks that at most 3 remain per log).
  */
 #include <ember.h>
 #include <pthread.h>
@@ -28,6 +32,8 @@
 #include "test_util.h"
 
 static int with_read_cache;
+static int with_segments; /* logs as segment files of the smallest size, 32 MiB */
+static uint64_t seg_files_max; /* bounded: the most segment files one log had */
 
 static void tiny_options(ember_options *o)
 {
@@ -43,6 +49,8 @@ static void tiny_options(ember_options *o)
 	o->flags = EMBER_OPEN_TRUNCATE;
 	if (with_read_cache)
 		o->read_cache_memory = 512 << 10; /* 8 pages: evicts constantly */
+	if (with_segments)
+		o->log_segment_bytes = 32 << 20;
 }
 
 /* ---- diff -------------------------------------------------------------------------- */
@@ -348,12 +356,23 @@ static void concurrent_run(void)
 
 /* ---- bounded ------------------------------------------------------------------------ */
 
+/* Bytes allocated to a log: its file, or its segment files "<name>.<n>". */
 static uint64_t allocated(const char *dir, const char *name)
 {
 	char p[600];
 	snprintf(p, sizeof(p), "%s/%s", dir, name);
 	struct stat st;
-	return stat(p, &st) == 0 ? (uint64_t)st.st_blocks * 512 : 0;
+	uint64_t bytes = stat(p, &st) == 0 ? (uint64_t)st.st_blocks * 512 : 0, files = 0;
+	for (unsigned n = 0; n < 4096; n++) {
+		snprintf(p, sizeof(p), "%s/%s.%06u", dir, name, n);
+		if (stat(p, &st) == 0) {
+			bytes += (uint64_t)st.st_blocks * 512;
+			files++;
+		}
+	}
+	if (files > seg_files_max)
+		seg_files_max = files;
+	return bytes;
 }
 
 static void bounded_run(void)
@@ -401,6 +420,14 @@ static void bounded_run(void)
 	      (unsigned long long)hot_alloc);
 	CHECK(cold_alloc <= 2 * (o.cold_disk_budget + slack), "cold.log holds %llu bytes",
 	      (unsigned long long)cold_alloc);
+	if (with_segments) {
+		/* released segments are removed: a log keeps the segments its budget spans */
+		printf("segment files: at most %llu per log\n", (unsigned long long)seg_files_max);
+		CHECK(seg_files_max >= 1 && seg_files_max <= 3, "%llu segment files in one log",
+		      (unsigned long long)seg_files_max);
+		CHECK(target < 4 * o.log_segment_bytes || written > 4 * o.log_segment_bytes,
+		      "the logs passed several segments");
+	}
 	CHECK_OK(ember_session_close(s));
 	CHECK_OK(ember_close(db));
 	tu_tmpdir_remove(dir);
@@ -474,7 +501,10 @@ int main(int argc, char **argv)
 {
 	tu_init("tiering", argc, argv);
 	const char *mode = argc > 1 ? argv[1] : "diff";
-	with_read_cache = argc > 2 && !strcmp(argv[2], "rc");
+	for (int i = 2; i < argc; i++) {
+		with_read_cache |= !strcmp(argv[i], "rc");
+		with_segments |= !strcmp(argv[i], "seg");
+	}
 	if (!strcmp(mode, "diff"))
 		diff_run();
 	else if (!strcmp(mode, "concurrent"))
@@ -489,6 +519,7 @@ int main(int argc, char **argv)
 		enospc_run();
 	else
 		CHECK(0, "unknown mode %s", mode);
-	printf("tiering %s%s: OK\n", mode, with_read_cache ? " (read cache)" : "");
+	printf("tiering %s%s%s: OK\n", mode, with_read_cache ? " (read cache)" : "",
+	       with_segments ? " (segment files)" : "");
 	return 0;
 }

@@ -27,7 +27,8 @@
  *      a buffer holding every in-buffer bucket (sampled nodes per second).
  * --prefetch N sets the extra slots (states read ahead); 0 for none. --store-mib
  * and --store-mutable set the store's log memory (default 16 MiB) and its mutable
- * fraction (default 0.25).
+ * fraction (default 0.25); --store-segment-mib N keeps the store's logs as segment
+ * files of N MiB (log_segment_bytes; default 0: one file per log).
  * Prints a table and, with --json FILE, the same figures as JSON.
  */
 #include <ember.h>
@@ -50,6 +51,7 @@ struct cfg {
 	const char *dir;
 	const char *json;
 	uint32_t scale, edge_factor, partitions, capacity, dim, batch, prefetch, chunk_kib, store_mib;
+	uint32_t store_segment_mib;
 	double store_mutable;
 	uint64_t seed;
 	double compute_ms;
@@ -298,7 +300,7 @@ static void usage(void)
 	fprintf(stderr,
 		"usage: ember-graph-epoch [--dir DIR] [--scale 19] [--edge-factor 8] [--partitions 32]\n"
 		"         [--capacity 4] [--prefetch 2] [--chunk-kib 4096] [--dim 64] [--batch 10000] [--compute-ms 2] [--comet]\n"
-		"         [--sync-updates] [--store-mib 16] [--store-mutable 0.25]\n"
+		"         [--sync-updates] [--store-mib 16] [--store-mutable 0.25] [--store-segment-mib 0]\n"
 		"         [--seed 1] [--probe-mib 512] [--sample-seconds 2] [--json FILE]\n");
 	exit(2);
 }
@@ -341,6 +343,8 @@ int main(int argc, char **argv)
 			c.store_mib = (uint32_t)atoi(v);
 		else if (!strcmp(a, "--store-mutable"))
 			c.store_mutable = atof(v);
+		else if (!strcmp(a, "--store-segment-mib"))
+			c.store_segment_mib = (uint32_t)atoi(v);
 		else if (!strcmp(a, "--prefetch"))
 			c.prefetch = (uint32_t)atoi(v);
 		else if (!strcmp(a, "--batch"))
@@ -394,6 +398,7 @@ int main(int argc, char **argv)
 	 * the default 0.9 the writer's puts took 5.7 ms each instead of 1.9 ms, and the
 	 * trainer waited behind them) */
 	so.mutable_fraction = c.store_mutable;
+	so.log_segment_bytes = (uint64_t)c.store_segment_mib << 20;
 	uint64_t node_bytes = ((uint64_t)1 << c.scale) * c.dim * 4;
 	so.hot_disk_budget = 6 * (node_bytes + m * 12) + (1ull << 30);
 	so.flags = EMBER_OPEN_TRUNCATE;
@@ -597,6 +602,8 @@ int main(int argc, char **argv)
 	       (double)st.slots * part_bytes / 1048576);
 	printf("  %-34s %10u MiB  (mutable fraction %.2f; the store's memory, beside the buffer's)\n",
 	       "store log memory", c.store_mib, c.store_mutable);
+	if (c.store_segment_mib)
+		printf("  %-34s %10u MiB\n", "store log segment files", c.store_segment_mib);
 	printf("  %-34s %10.2f s (generate %.2f s)\n", "import", t_import, t_gen);
 	printf("  %-34s %10.0f MB/s write, %.0f MB/s read (O_DIRECT, 4 MiB; before the epoch %.0f/%.0f, "
 	       "after %.0f/%.0f)\n", "disk probe", wbw / 1e6, rbw / 1e6, wbw1 / 1e6, rbw1 / 1e6, wbw2 / 1e6,

@@ -112,6 +112,7 @@ static int ee_open(const ycsb_engine_params *p, void **db, char *settings, size_
 	opts.read_cache_memory = p->read_cache == UINT64_MAX ? 0 : p->read_cache ? p->read_cache : rc_mem;
 	/* UINT64_MAX is EMBER_COLD_CACHE_OFF; 0 leaves Ember's own default */
 	opts.cold_cache_memory = p->cold_cache ? p->cold_cache : cc_mem;
+	opts.log_segment_bytes = p->segment_bytes;
 	opts.flags |= EMBER_OPEN_TRUNCATE; /* the driver hands us a fresh directory */
 	rc = ember_open(p->dir, &opts, &edb);
 	if (rc < 0)
@@ -145,6 +146,10 @@ static int ee_open(const ycsb_engine_params *p, void **db, char *settings, size_
 			 opts.index_buckets, opts.index_buckets * 64 >> 20, opts.page_size >> 10,
 			 opts.io_queue_depth,
 			 p->bounded ? "; cold tier memory and disk budgets: Ember's defaults" : "");
+	size_t used = strlen(settings);
+	if (opts.log_segment_bytes && used < cap)
+		snprintf(settings + used, cap - used, "; log_segment_bytes=%" PRIu64 " MiB",
+			 opts.log_segment_bytes >> 20);
 	*db = edb;
 	return 0;
 }

@@ -70,6 +70,9 @@ static void usage(FILE *f)
 "  --ember-read-cache BYTES|off  Ember's read cache (read_cache_memory; larger\n"
 "                        than memory it is part of the budget). Default: a\n"
 "                        third of the budget larger than memory, else off\n"
+"  --ember-segment-bytes BYTES  Ember's log_segment_bytes: each log as files of\n"
+"                        this size (32M .. 1T, a power of two; default 0: one\n"
+"                        file per log)\n"
 "  --ember-cold-cache BYTES|off  Ember's cold index entry cache\n"
 "                        (cold_cache_memory, part of the budget). Default: a\n"
 "                        sixth of the budget larger than memory, else Ember's\n"
@@ -266,7 +269,7 @@ enum {
 	OPT_KEY_SIZE, OPT_DIST, OPT_THETA, OPT_BATCH, OPT_DIR, OPT_LOG_MEMORY,
 	OPT_INDEX_BUCKETS, OPT_READ_CACHE, OPT_COLD_CACHE, OPT_REPEAT, OPT_JSON, OPT_ENGINE, OPT_QUICK, OPT_PREGEN,
 	OPT_LOAD_THREADS, OPT_SEED, OPT_VERIFY, OPT_BATCH_OVER, OPT_DISK_PROBE, OPT_PROBE_SECONDS,
-	OPT_PROBE_SIZE, OPT_LIST_ENGINES, OPT_EMBER_MEMORY, OPT_HELP,
+	OPT_PROBE_SIZE, OPT_LIST_ENGINES, OPT_EMBER_MEMORY, OPT_SEGMENT, OPT_HELP,
 };
 
 static const struct option long_opts[] = {
@@ -285,6 +288,7 @@ static const struct option long_opts[] = {
 	{ "index-buckets", required_argument, NULL, OPT_INDEX_BUCKETS },
 	{ "ember-read-cache", required_argument, NULL, OPT_READ_CACHE },
 	{ "ember-cold-cache", required_argument, NULL, OPT_COLD_CACHE },
+	{ "ember-segment-bytes", required_argument, NULL, OPT_SEGMENT },
 	{ "repeat", required_argument, NULL, OPT_REPEAT },
 	{ "json", required_argument, NULL, OPT_JSON },
 	{ "engine", required_argument, NULL, OPT_ENGINE },
@@ -405,6 +409,12 @@ static int parse_one(int c, const char *arg, ycsb_config *cfg, given *g, int *wa
 		return parse_cache_bytes(arg, &cfg->read_cache) < 0 ? bad("ember-read-cache", arg) : 0;
 	case OPT_COLD_CACHE:
 		return parse_cache_bytes(arg, &cfg->cold_cache) < 0 ? bad("ember-cold-cache", arg) : 0;
+	case OPT_SEGMENT:
+		/* the store checks the range; 0 keeps one file per log */
+		if (parse_u64(arg, &v, BINARY_SUFFIX) < 0)
+			return bad("ember-segment-bytes", arg);
+		cfg->segment_bytes = v;
+		return 0;
 	case OPT_REPEAT:
 		if (parse_u64(arg, &v, NO_SUFFIX) < 0 || v == 0 || v > YCSB_MAX_REPEAT)
 			return bad("repeat", arg);

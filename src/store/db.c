@@ -425,8 +425,8 @@ static int log_open(struct ember_db *db, const char *name, uint64_t mem, double 
 	uint64_t seg = db->opts.log_segment_bytes;
 	int rc;
 	if (seg) {
-		/* segments exist only where the log has data: check [begin, tail) */
-		/* writes create the segments past the recovered tail */
+		/* segments exist only where the log has data: check [begin, tail);
+		 * writes create the segments past a recovered tail */
 		rc = em_file_open_segmented(file, path, db->readonly ? fl : fl | EM_FILE_CREATE,
 					    (uint32_t)__builtin_ctzll(seg));
 		if (rc == 0 && begin && (rc = em_file_check_segments(file, begin, tail)) < 0)

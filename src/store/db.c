@@ -55,6 +55,13 @@
 _Static_assert(LOG_SEGMENT_MIN >= EMBER_MAX_VALUE_LEN + EMBER_MAX_KEY_LEN + 4096,
 	       "a record fits in one segment");
 
+/* Is seg a log segment size the store accepts (a power of two, LOG_SEGMENT_MIN ..
+ * 2^EM_SEG_MAX_BITS)? 0 (one file per log) is not one. */
+static int log_segment_ok(uint64_t seg)
+{
+	return seg >= LOG_SEGMENT_MIN && seg <= (UINT64_C(1) << EM_SEG_MAX_BITS) && !(seg & (seg - 1));
+}
+
 void ember_options_default(ember_options *o)
 {
 	if (!o)
@@ -114,10 +121,7 @@ static int options_resolve(const ember_options *in, ember_options *out)
 		return EMBER_EINVAL;
 	if (out->read_cache_memory && out->read_cache_memory / out->page_size < 8)
 		return EMBER_EINVAL;
-	if (out->log_segment_bytes &&
-	    (out->log_segment_bytes < LOG_SEGMENT_MIN ||
-	     out->log_segment_bytes > (UINT64_C(1) << EM_SEG_MAX_BITS) ||
-	     (out->log_segment_bytes & (out->log_segment_bytes - 1))))
+	if (out->log_segment_bytes && !log_segment_ok(out->log_segment_bytes))
 		return EMBER_EINVAL;
 	if (out->flags & ~(uint32_t)(EMBER_OPEN_TRUNCATE | EMBER_OPEN_READONLY))
 		return EMBER_EINVAL;
@@ -260,10 +264,7 @@ static int super_read(struct em_ring *ring, const char *path, struct store_geome
 		memcpy(&geo->log_segment_bytes, sb + 72, 8);
 		uint64_t seg = geo->log_segment_bytes;
 		/* version 2: reserved zero; version 3: a segment size (docs/format.md 7.2) */
-		int seg_ok = version == FORMAT_VERSION
-				     ? seg == 0
-				     : seg >= LOG_SEGMENT_MIN &&
-					       seg <= (UINT64_C(1) << EM_SEG_MAX_BITS) && !(seg & (seg - 1));
+		int seg_ok = version == FORMAT_VERSION ? seg == 0 : log_segment_ok(seg);
 		/* checksummed, but check what the rest of open relies on */
 		if (page < (64u << 10) || page > (64u << 20) || (page & (page - 1)) ||
 		    geo->hot_mem < 8 * (uint64_t)page || geo->hot_mem % page ||

@@ -74,7 +74,6 @@ static inline uint8_t *rec_value(struct record *r)
 }
 
 static inline uint64_t rec_total_size(const struct record *r) { return rec_size(r->key_len, r->val_cap); }
-
 static inline uint64_t rec_header(struct record *r)
 {
 	/* relaxed: prev is immutable; flags are re-validated by the seq lock */
@@ -82,7 +81,29 @@ static inline uint64_t rec_header(struct record *r)
 }
 
 static inline uint64_t rec_prev(struct record *r) { return rec_header(r) & EM_ADDR_MASK; }
-
+/* Header flag bits that are never set on disk (REC_RC_HIT and bits 52-63). */
+#define REC_RESERVED_BITS (~(EM_ADDR_MASK | REC_TOMBSTONE | REC_INVALID | REC_FILLER))
+/* Bytes of a record up to the end of its key (its head). */
+static inline uint64_t rec_head_size(const struct record *r)
+{
+	return REC_HDR_SIZE + em_align_up(r->key_len, 8);
+}
+/*
+ * Is the head of a record (not a filler) read back from disk at address a
+ * well-formed: lengths in range, no reserved bits, prev below a? The checksum,
+ * which needs the value too, is not checked: callers that trust a head without it
+ * are compaction's large-record scans and liveness lookups (docs/compaction.md,
+ * "Large records"), nothing that returns a value.
+ */
+static inline int rec_head_ok(struct record *r, uint64_t a, uint64_t max_record)
+{
+	uint64_t hdr = rec_header(r);
+	uint64_t prev = hdr & EM_ADDR_MASK;
+	uint32_t vlen = atomic_load_explicit(&r->val_len, memory_order_relaxed); /* private */
+	return !(hdr & (REC_RESERVED_BITS | REC_FILLER)) && r->reserved == 0 && r->key_len != 0 &&
+	       r->key_len <= (64u << 10) && !(r->val_cap & 7) && r->val_cap <= max_record &&
+	       vlen <= r->val_cap && prev < a && (prev == 0 || prev >= EM_LOG_START);
+}
 static inline int rec_key_eq(struct record *r, const void *key, uint32_t klen)
 {
 	if (r->key_len != klen)

@@ -36,6 +36,20 @@
  *     hot index entries (by CAS) orders the copies before anyone can see a cleared
  *     entry, and lets a thread that checked begin while protected rely on no entry
  *     being cleared until it leaves (the ABA check in ember_rmw and rc_insert).
+ *  6. Large records (HEAD_MIN and up, hot and cold logs) are scanned by their
+ *     heads: once the window holds the header and key (checked by rec_head_ok),
+ *     the scan moves on by the size the header gives, and after such a record the
+ *     window's next read is small (HEAD_READ, doubling back to WINDOW while the
+ *     records it finds are small), so the values of large records are mostly
+ *     not read; only a record found live is read
+ *     whole (cand_load), checked like any scanned record, and copied. Liveness
+ *     lookups read heads only too (lookup.c, note 8). So a pass over a log of
+ *     large, mostly overwritten values (the graph buffer's write-backs) reads what
+ *     it keeps, not what it drops. A dead record's checksum is never checked: its
+ *     bytes are dropped unread. What is trusted unchecked is its size; a damaged
+ *     size moves the scan into the middle of other data, where the next head fails
+ *     rec_head_ok (and a small record its checksum) with all but certainty, and the
+ *     pass stops with EMBER_ECORRUPT before begin moves.
  *
  * Triggers: a log's used size is tail - begin. A pass starts when it passes
  * trigger (80%) of its budget and compacts down to 60%; a user write that finds
@@ -56,15 +70,18 @@
 
 #define GROUP 256
 #define WINDOW (4u << 20)
+#define HEAD_MIN (128u << 10) /* records this large are scanned by their heads (note 6) */
+#define HEAD_READ (16u << 10) /* the window's first read after such a record */
 #define TRIGGER 0.8
 #define TARGET 0.6
 
 struct cand {
 	uint64_t addr;
-	struct record *rec;
+	struct record *rec; /* in the window, or head (note 6) */
 	uint64_t hash;
 	uint64_t entry;
 	int live;
+	uint8_t *head; /* a copy of the record's head only, or NULL: rec is whole */
 };
 
 struct scan {
@@ -74,6 +91,8 @@ struct scan {
 	uint64_t max_record;
 	struct compactor *c;
 	uint64_t off, len; /* the window holds file bytes [off, off + len) */
+	int heads;         /* large records may be taken by their heads (not the chunk log) */
+	uint64_t next_want; /* the window's next read: from HEAD_READ, doubling up to WINDOW */
 };
 
 static int window_fill(struct scan *sc, uint64_t x, uint64_t want)
@@ -98,21 +117,36 @@ static int window_fill(struct scan *sc, uint64_t x, uint64_t want)
 }
 
 /* The next record at or after *a and below until. Returns 1 (record in *out at
- * address *a), 0 (range done; *a = where the next record would start), 2 (the
- * window must move: process pending candidates first, then call again with
- * may_move), or an error. */
+ * address *a; *head_only: only its head is in the window, note 6), 0 (range done;
+ * *a = where the next record would start), 2 (the window must move: process
+ * pending candidates first, then call again with may_move), or an error. */
 static int scan_next(struct scan *sc, uint64_t *a, uint64_t until, int may_move,
-		     struct record **out)
+		     struct record **out, int *head_only)
 {
 	uint64_t x = hlog_skip_gap(sc->log, *a);
 	*a = x;
+	*head_only = 0;
 	if (x >= until)
 		return 0;
 	for (int tries = 0;; tries++) {
-		int have_hdr = x >= sc->off && x + REC_HDR_SIZE <= sc->off + sc->len;
+		uint64_t wend = sc->off + sc->len;
+		int have_hdr = x >= sc->off && x + REC_HDR_SIZE <= wend;
 		struct record *r = (struct record *)(void *)(sc->c->buf + (x - sc->off));
 		uint64_t size = have_hdr ? rec_total_size(r) : 0;
-		if (have_hdr && x + size <= sc->off + sc->len) {
+		if (have_hdr && sc->heads && size >= HEAD_MIN && !(rec_header(r) & REC_FILLER) &&
+		    x + rec_head_size(r) <= wend) {
+			if (!rec_head_ok(r, x, sc->max_record)) {
+				db_report(sc->s->db, "%s at offset %llu: record head fails its checks "
+					  "(compaction scan)",
+					  log_file_name(sc->s->db, sc->log), (unsigned long long)x);
+				return EMBER_ECORRUPT;
+			}
+			sc->next_want = HEAD_READ;
+			*head_only = 1;
+			*out = r;
+			return 1;
+		}
+		if (have_hdr && x + size <= wend) {
 			int filler = (rec_header(r) & REC_FILLER) != 0;
 			uint32_t vlen = atomic_load_explicit(&r->val_len, memory_order_relaxed);
 			if ((!filler && (r->key_len == 0 || r->key_len > EMBER_MAX_KEY_LEN)) ||
@@ -125,7 +159,7 @@ static int scan_next(struct scan *sc, uint64_t *a, uint64_t until, int may_move,
 			*out = r;
 			return 1;
 		}
-		if (tries > 1) { /* the file ends inside a record below head */
+		if (tries > 2) { /* the file ends inside a record below head */
 			db_report(sc->s->db, "%s at offset %llu: the file ends inside a record",
 				  log_file_name(sc->s->db, sc->log), (unsigned long long)x);
 			return EMBER_ECORRUPT;
@@ -137,7 +171,14 @@ static int scan_next(struct scan *sc, uint64_t *a, uint64_t until, int may_move,
 				  log_file_name(sc->s->db, sc->log), (unsigned long long)x);
 			return EMBER_ECORRUPT;
 		}
-		int rc = window_fill(sc, x, size + EM_IO_ALIGN > WINDOW ? size + EM_IO_ALIGN : WINDOW);
+		/* after a large record read a little, then twice as much each time while
+		 * records are small: the values of large records after small ones are
+		 * mostly left unread */
+		uint64_t want = sc->next_want;
+		if (have_hdr && size + EM_IO_ALIGN > want)
+			want = size + EM_IO_ALIGN;
+		sc->next_want = sc->next_want * 2 < WINDOW ? sc->next_want * 2 : WINDOW;
+		int rc = window_fill(sc, x, want);
 		if (rc < 0)
 			return rc;
 	}
@@ -179,7 +220,7 @@ static void lookup_for(struct lookup *l, struct cand *c, size_t user, int phase,
 	*l = (struct lookup){.key = rec_key(r),
 			     .klen = r->key_len,
 			     .phase = (uint8_t)phase,
-			     .flags = (uint8_t)flags,
+			     .flags = (uint8_t)(flags | LK_KEY_ONLY), /* lookup.c note 8 */
 			     .hash = c->hash,
 			     .addr = LK_FROM_INDEX,
 			     .user = user};
@@ -275,10 +316,46 @@ static int chunks_prefetch(struct compactor *c, ember_session *s, struct cand *c
 	return rc < 0 ? rc : p.rc;
 }
 
-static int group_process(struct compactor *c, ember_session *s, struct cand *cand, size_t n,
+/*
+ * The whole record of a live candidate taken by its head (note 6), read into the
+ * compactor's own buffer (cold_insert may use the session's): it must be the record
+ * the head described, and pass every check a scanned record passes.
+ */
+static int cand_load(struct compactor *c, struct scan *sc, struct cand *cd, struct record **out)
+{
+	struct record *h = cd->rec;
+	uint64_t size = rec_total_size(h);
+	uint64_t off = em_align_down(cd->addr, EM_IO_ALIGN);
+	uint64_t len = em_align_up(cd->addr + size - off, EM_IO_ALIGN);
+	if (len > c->rcap) {
+		uint8_t *b = em_alloc_io(len);
+		if (!b)
+			return EMBER_ENOMEM;
+		em_free(c->rbuf, c->rcap);
+		c->rbuf = b;
+		c->rcap = len;
+	}
+	int res = session_read_sync(sc->s, sc->f, c->rbuf, (uint32_t)len, off);
+	if (res < 0)
+		return res;
+	struct record *r = (struct record *)(void *)(c->rbuf + (cd->addr - off));
+	if ((uint64_t)res < len || rec_header(r) != rec_header(h) || r->key_len != h->key_len ||
+	    r->val_cap != h->val_cap || memcmp(rec_key(r), rec_key(h), h->key_len) != 0 ||
+	    !rec_head_ok(r, cd->addr, sc->max_record) || r->checksum != rec_checksum(r)) {
+		db_report(sc->s->db, "%s at offset %llu: record fails its checksum or length checks "
+			  "(compaction copy)", log_file_name(sc->s->db, sc->log),
+			  (unsigned long long)cd->addr);
+		return EMBER_ECORRUPT;
+	}
+	*out = r;
+	return 0;
+}
+
+static int group_process(struct compactor *c, struct scan *sc, struct cand *cand, size_t n,
 			 int kind, struct lookup *lk)
 {
 	struct ember_db *db = c->db;
+	ember_session *s = sc->s;
 	int rc = group_liveness(s, cand, n, kind, lk);
 	if (rc < 0)
 		return rc;
@@ -287,6 +364,11 @@ static int group_process(struct compactor *c, ember_session *s, struct cand *can
 		return rc;
 	for (size_t i = 0; i < n; i++) {
 		struct record *r = cand[i].rec;
+		if (cand[i].live && cand[i].head && !(kind == COMPACT_COLD && (rec_header(r) & REC_TOMBSTONE))) {
+			rc = cand_load(c, sc, &cand[i], &r);
+			if (rc < 0)
+				return rc;
+		}
 		for (int attempt = 0; cand[i].live; attempt++) {
 			if (kind == COMPACT_COLD && (rec_header(r) & REC_TOMBSTONE)) {
 				stat_add(&c->st.tombstones_dropped, 1);
@@ -396,6 +478,16 @@ static uint64_t kind_budget(struct ember_db *db, int kind)
 									    : db->chunk_budget;
 }
 
+/* Free the head copies of n candidates (note 6). */
+static void cands_free(struct cand *cand, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (cand[i].head)
+			em_free(cand[i].head, rec_head_size(cand[i].rec));
+		cand[i].head = NULL;
+	}
+}
+
 /* One pass over [begin, until) of one log. */
 static int compact_pass(struct compactor *c, ember_session *s, int kind, uint64_t until)
 {
@@ -404,7 +496,7 @@ static int compact_pass(struct compactor *c, ember_session *s, int kind, uint64_
 	struct em_file *f = kind == COMPACT_HOT ? &db->hot_file
 			    : kind == COMPACT_COLD ? &db->cold_file : &db->chunk_file;
 	struct scan sc = {s, log, f, kind == COMPACT_COLD ? db->cold_max_record : db->max_record,
-			  c, 0, 0};
+			  c, 0, 0, kind != COMPACT_CHUNKS, HEAD_READ};
 	struct cand *cand = em_alloc(sizeof(*cand) * GROUP);
 	struct lookup *lk = em_alloc(sizeof(*lk) * GROUP);
 	int rc = 0;
@@ -414,24 +506,27 @@ static int compact_pass(struct compactor *c, ember_session *s, int kind, uint64_
 	}
 	uint64_t begin = hlog_load(&log->begin);
 	uint64_t a = begin;
-	size_t n = 0;
+	size_t n = 0, n_win = 0; /* candidates; those whose records are in the window */
 	/* relaxed: only passes (serialised by pass_mu) add to it */
 	uint64_t written_before = atomic_load_explicit(&c->st.bytes_written[kind], memory_order_relaxed);
 	for (;;) {
 		struct record *r = NULL;
-		rc = scan_next(&sc, &a, until, n == 0, &r);
-		if (rc == 2 || rc == 0) {
-			if (n && kind != COMPACT_CHUNKS) {
-				int prc = group_process(c, s, cand, n, kind, lk);
+		int head_only = 0;
+		rc = scan_next(&sc, &a, until, n_win == 0, &r, &head_only);
+		if (rc == 2 || rc == 0 || (rc == 1 && n == GROUP)) {
+			if (n) {
+				int prc = group_process(c, &sc, cand, n, kind, lk);
+				cands_free(cand, n);
+				n = n_win = 0;
 				if (prc < 0) {
 					rc = prc;
 					break;
 				}
 			}
-			n = 0;
 			if (rc == 0)
 				break;
-			continue;
+			if (rc == 2)
+				continue;
 		}
 		if (rc < 0)
 			break;
@@ -444,17 +539,24 @@ static int compact_pass(struct compactor *c, ember_session *s, int kind, uint64_
 				if (rc < 0)
 					break;
 			} else {
-				cand[n++] = (struct cand){a, r, em_hash(rec_key(r), r->key_len), 0, 0};
-				if (n == GROUP) {
-					rc = group_process(c, s, cand, n, kind, lk);
-					if (rc < 0)
+				struct cand cd = {a, r, em_hash(rec_key(r), r->key_len), 0, 0, NULL};
+				if (head_only) { /* the window moves on: keep a copy of the head */
+					cd.head = em_alloc(rec_head_size(r));
+					if (!cd.head) {
+						rc = EMBER_ENOMEM;
 						break;
-					n = 0;
+					}
+					memcpy(cd.head, r, rec_head_size(r));
+					cd.rec = (struct record *)(void *)cd.head;
+				} else {
+					n_win++;
 				}
+				cand[n++] = cd;
 			}
 		}
 		a += size;
 	}
+	cands_free(cand, n);
 	if (rc < 0)
 		goto out;
 	/* every live record of [begin, a) has its copy: drop the range */
@@ -706,6 +808,7 @@ void compactor_stop(struct ember_db *db)
 	pthread_cond_destroy(&c->cv);
 	pthread_mutex_destroy(&c->mu);
 	em_free(c->buf, c->cap);
+	em_free(c->rbuf, c->rcap);
 	em_free(c, sizeof(*c));
 	db->comp = NULL;
 }

@@ -34,6 +34,8 @@ struct compactor {
 	pthread_mutex_t pass_mu; /* one pass at a time, by whichever thread */
 	uint8_t *buf;            /* scan window, guarded by pass_mu */
 	size_t cap;
+	uint8_t *rbuf;           /* a live large record read whole, guarded by pass_mu */
+	size_t rcap;
 	_Atomic int error;       /* first error a pass hit (sticky) */
 	/* per log: the used size after a pass that freed almost nothing (live data
 	 * fills the log); passes wait until it grows past that. Guarded by pass_mu. */

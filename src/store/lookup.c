@@ -33,6 +33,14 @@
  *     marks the lookup LK_COPIED, so the done callback copies nothing. A record
  *     whose checksum fails may have left part of its value in the buffer; the
  *     read then fails or restarts and copies again.
+ *  8. Compaction's liveness lookups (LK_KEY_ONLY) need only the address of the
+ *     key's first record on the chain, never its value: a record whose key matches
+ *     is taken on its well-formed head (rec_head_ok), without reading the rest of
+ *     it or checking its checksum. Whatever its value holds, a user read of the key
+ *     stops at that record too (returning it, or EMBER_ECORRUPT), so the answer is
+ *     the one a read would see. A record passed on the way down (another key) is
+ *     still read whole and checked, since its prev link decides where the walk
+ *     goes. done gets only the head of such a record.
  */
 #include "store/store_int.h"
 #include "store/checkpoint.h"
@@ -343,6 +351,16 @@ static void on_read(struct lookup_run *run, uint32_t idx, int res)
 	if (r->key_len == 0 || r->key_len > EMBER_MAX_KEY_LEN || (r->val_cap & 7) ||
 	    r->val_cap > max_record || vlen > r->val_cap) {
 		next = bad_record(run, l);
+		goto out;
+	}
+	if ((l->flags & LK_KEY_ONLY) && l->phase != LK_CHUNK &&
+	    pos + REC_HDR_SIZE + l->klen <= avail && rec_key_eq(r, l->key, l->klen) &&
+	    rec_head_ok(r, l->addr, max_record)) {
+		/* compaction asks only where the key's newest record is (note 8) */
+		l->want = 0;
+		l->found = l->addr;
+		finish(run, l, 0, r, 0);
+		next = LK_FINISHED;
 		goto out;
 	}
 	uint64_t size = rec_total_size(r);

@@ -106,7 +106,6 @@
 #define TABLE_BATCH 1024        /* cold-index words checked together */
 #define MEM_BATCH 256           /* records read under one protection (verify) */
 #define SNAP_MAX (256u << 20)   /* chunk entries iterate copies at most (note 9) */
-#define REC_RESERVED_BITS (~(EM_ADDR_MASK | REC_TOMBSTONE | REC_INVALID | REC_FILLER))
 
 /* ---- the cursor ------------------------------------------------------------------ */
 

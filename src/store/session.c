@@ -123,6 +123,9 @@ void session_free_internal(ember_session *s)
 	struct ember_db *db = s->db;
 	session_destroy(s);
 	pthread_mutex_lock(&db->sess_mu);
+	/* relaxed: the session's own thread is done with it */
+	db->gone_comp_ios += atomic_load_explicit(&s->comp_st.ios, memory_order_relaxed);
+	db->gone_comp_bytes += atomic_load_explicit(&s->comp_st.io_bytes, memory_order_relaxed);
 	for (struct ember_session **p = &db->sessions; *p; p = &(*p)->next_all) {
 		if (*p == s) {
 			*p = s->next_all;

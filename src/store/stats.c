@@ -37,6 +37,8 @@ int ember_stats_get(ember_db *db, ember_stats *out)
 	struct compactor *c = db->comp;
 	uint64_t reads[5] = {0, 0, 0, 0, 0};
 	pthread_mutex_lock(&db->sess_mu);
+	out->compaction_disk_reads = db->gone_comp_ios;
+	out->compaction_bytes_read = db->gone_comp_bytes;
 	for (struct ember_session *s = db->sessions; s; s = s->next_all) {
 		/* compaction's I/O (internal sessions, writers' assists) is not a user's */
 		out->compaction_disk_reads += ld(&s->comp_st.ios);

@@ -53,6 +53,7 @@ enum { LK_HOT = 0, LK_CHUNK = 1, LK_COLD = 2 };
 #define LK_CHUNK_ONLY 0x8 /* read the chunk at addr and stop (compaction prefetch) */
 #define LK_BIG_CAP 0x10  /* the caller's buffer is large: its record sizes feed want_hint */
 #define LK_COPIED 0x20   /* found on disk: its value is already in dst (rec_checksum_copy) */
+#define LK_KEY_ONLY 0x40 /* compaction liveness: the key's record is known by its head */
 #define LK_FROM_INDEX UINT64_MAX /* addr sentinel: start at the phase's index */
 
 struct lookup {
@@ -200,6 +201,9 @@ struct ember_db {
 	struct compactor *comp;
 	pthread_mutex_t sess_mu;
 	struct ember_session *sessions; /* every session ever opened */
+	/* under sess_mu: compaction reads of internal sessions already freed
+	 * (ember_compact's, a checkpoint's), so ember_stats keeps counting them */
+	uint64_t gone_comp_ios, gone_comp_bytes;
 	uint32_t open_sessions;
 	int readonly;     /* EMBER_OPEN_READONLY: no writes, compaction or checkpoints */
 	struct ckpt *ck;  /* checkpoints and recovery (checkpoint.c) */

@@ -17,6 +17,23 @@
  *     segment reads zeros, as a punched hole of a one-file log does, and the
  *     store's checks send such a lookup back to the index. Opening, removing and
  *     the fsync range are serialised by segs->mu.
+ *     With recycling (invariant 5) a removed segment's file lives on as a
+ *     later segment, so a read through a retired descriptor may see that
+ *     segment's newer bytes: its caller must check, after the read, that the
+ *     address is still live (the store's lookups do: lookup.c, note 2).
+ *  5. Recycling (em_file_set_recycle): a segment removed whole is renamed
+ *     "<path>.spare.<k>" (at most spare_max of them; more are unlinked) instead of
+ *     unlinked, and the next
+ *     segment a write creates takes a spare by a rename that never replaces an
+ *     existing file (RENAME_NOREPLACE). Its writes then overwrite blocks the file
+ *     system has allocated and written before: on ext4 an O_DIRECT write that
+ *     extends a file, or fills a hole, allocates and completes synchronously and
+ *     holds reads of the file back; an overwrite does neither. A recycled segment
+ *     holds stale bytes past what was written to it anew, as a log's file does
+ *     past its recovered tail: nothing reads there (the store reads only what it
+ *     wrote, and recovery only below the checkpoint's tail). Partial releases are
+ *     not punched while recycling, so spares have no holes. Spares are unlinked
+ *     at open and close.
  *  4. A request that crosses a segment end is split in two (it may span at most two
  *     segments: -EINVAL otherwise). It holds one entry of r->splits, and counts once
  *     in r->inflight, from its queueing until its second part completes; each part's
@@ -48,6 +65,8 @@
 /* Descriptors of removed segments kept open (invariant 3): a reader that loaded one
  * just before the removal reads the old bytes, not another file's. */
 #define SEG_RETIRED 16
+/* Spare segment files kept for reuse (invariant 5). */
+#define SEG_SPARE 64
 
 struct em_split {
 	uint64_t ud;        /* the caller's user_data */
@@ -74,6 +93,11 @@ struct em_segs {
 	int dir_dirty;              /* under mu: a segment was created since the last fsync */
 	int retired[SEG_RETIRED];   /* under mu: descriptors of removed segments, -1 none */
 	uint32_t retired_next;
+	uint32_t spare_max;         /* em_file_set_recycle; 0: off (invariant 5) */
+	uint32_t nspare;            /* under mu: spare files "<path>.spare.<spare[i]>" */
+	uint64_t spare[SEG_SPARE];
+	uint64_t spare_seq;         /* under mu: the next spare's number */
+	_Atomic uint64_t recycled;  /* segments created from a spare (statistic) */
 };
 
 int em_file_open(struct em_file *f, const char *path, int flags)
@@ -115,6 +139,15 @@ static char *seg_name(const struct em_segs *g, uint64_t n)
 	return p;
 }
 
+static char *spare_name(const struct em_segs *g, uint64_t k)
+{
+	size_t cap = strlen(g->path) + 32;
+	char *p = em_alloc(cap);
+	if (p)
+		snprintf(p, cap, "%s.spare.%06" PRIu64, g->path, k);
+	return p;
+}
+
 /* Is name "<base>.<digits>"? Then *n is the segment number. */
 static int seg_parse(const char *name, const char *base, size_t blen, uint64_t *n)
 {
@@ -144,6 +177,32 @@ static char *dir_of(const char *path)
 		memcpy(d, slash == path ? "/" : path, n);
 	d[n] = 0;
 	return d;
+}
+
+/* Unlink every "<path>.spare.*" (invariant 5). 0 or -errno. */
+static int remove_spares(const char *path)
+{
+	char *dir = dir_of(path);
+	if (!dir)
+		return -ENOMEM;
+	const char *slash = strrchr(path, '/');
+	const char *base = slash ? slash + 1 : path;
+	size_t blen = strlen(base);
+	int rc = 0;
+	DIR *d = opendir(dir);
+	if (!d) {
+		rc = errno == ENOENT ? 0 : -errno;
+		goto out;
+	}
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL)
+		if (!strncmp(e->d_name, base, blen) && !strncmp(e->d_name + blen, ".spare.", 7) &&
+		    unlinkat(dirfd(d), e->d_name, 0) != 0 && errno != ENOENT && rc == 0)
+			rc = -errno;
+	closedir(d);
+out:
+	em_free(dir, 0);
+	return rc;
 }
 
 int em_file_remove_segments(const char *path)
@@ -200,6 +259,8 @@ int em_file_open_segmented(struct em_file *f, const char *path, int flags, uint3
 	memcpy(g->path, path, pl + 1);
 	g->writable = !(flags & EM_FILE_READONLY);
 	g->create = g->writable && (flags & EM_FILE_CREATE);
+	if (g->writable && (rc = remove_spares(path)) < 0) /* a crash's leftovers */
+		goto undo;
 	if (flags & EM_FILE_TRUNCATE) {
 		if (!g->writable) {
 			rc = -EINVAL;
@@ -224,6 +285,12 @@ undo:
 	em_free(g->path, 0);
 	em_free(g, sizeof(*g));
 	return rc;
+}
+
+void em_file_set_recycle(struct em_file *f, uint32_t max_spares)
+{
+	if (f->segs && f->segs->create)
+		f->segs->spare_max = max_spares < SEG_SPARE ? max_spares : SEG_SPARE;
 }
 
 /* Segment n's table cell (allocating its block when alloc), or NULL. */
@@ -278,6 +345,18 @@ static int seg_fd(struct em_file *f, uint64_t n, int write)
 	}
 	int oflags = O_CLOEXEC | (g->writable ? O_RDWR : O_RDONLY) |
 		     (write && g->create ? O_CREAT : 0);
+	if ((oflags & O_CREAT) && g->nspare) {
+		/* a spare becomes segment n, unless n's file exists (invariant 5) */
+		char *sp = spare_name(g, g->spare[g->nspare - 1]);
+		if (sp && renameat2(AT_FDCWD, sp, AT_FDCWD, name, RENAME_NOREPLACE) == 0) {
+			g->nspare--;
+			g->dir_dirty = 1;
+			atomic_fetch_add_explicit(&g->recycled, 1, memory_order_relaxed); /* statistic */
+		} else if (sp && errno == ENOENT) {
+			g->nspare--; /* gone from under us: forget it */
+		}
+		em_free(sp, 0);
+	}
 	int fd = open(name, oflags | O_DIRECT, 0644);
 	if (fd < 0 && errno == EINVAL) {
 		fd = open(name, oflags, 0644); /* the filesystem refuses O_DIRECT */
@@ -326,6 +405,12 @@ static void segs_close(struct em_file *f)
 	for (int i = 0; i < SEG_RETIRED; i++)
 		if (g->retired[i] >= 0)
 			close(g->retired[i]);
+	for (uint32_t i = 0; i < g->nspare; i++) {
+		char *sp = spare_name(g, g->spare[i]);
+		if (sp)
+			(void)unlink(sp); /* space back to the file system; a leftover goes at open */
+		em_free(sp, 0);
+	}
 	pthread_mutex_destroy(&g->mu);
 	em_free(g->blocks, 0);
 	em_free(g->dir, 0);
@@ -752,13 +837,19 @@ static int segs_punch(struct em_ring *r, struct em_file *f, uint64_t off, uint64
 				*slot = v - 1;
 			}
 			char *name = seg_name(g, n);
-			if (!name)
+			char *sp = g->nspare < g->spare_max ? spare_name(g, g->spare_seq) : NULL;
+			if (!name) {
 				rc = -ENOMEM;
-			else if (unlink(name) != 0 && errno != ENOENT)
+			} else if (sp && rename(name, sp) == 0) {
+				g->spare[g->nspare++] = g->spare_seq++; /* invariant 5 */
+				g->dir_dirty = 1;
+			} else if (unlink(name) != 0 && errno != ENOENT) {
 				rc = -errno;
+			}
+			em_free(sp, 0);
 			em_free(name, 0);
 			pthread_mutex_unlock(&g->mu);
-		} else {
+		} else if (!g->spare_max) { /* a recycled file keeps its blocks (invariant 5) */
 			int fd = seg_fd(f, n, 0);
 			if (fd >= 0) {
 				struct em_file one = {fd, f->direct, 0, NULL};

@@ -60,6 +60,12 @@ int em_file_open(struct em_file *f, const char *path, int flags);
  * missing segment fails its request with -ENOENT). Returns 0 or -errno (-EINVAL
  * for seg_bits out of range). */
 int em_file_open_segmented(struct em_file *f, const char *path, int flags, uint32_t seg_bits);
+/* Segmented, opened with EM_FILE_CREATE: keep up to max_spares (at most 64) files
+ * of segments removed whole and reuse them as the next segments created (file.c
+ * invariant 5); 0 turns it off. A read through a descriptor loaded before a
+ * removal may then see a later segment's bytes: callers check after the read that
+ * its range is still theirs. Call before any I/O. */
+void em_file_set_recycle(struct em_file *f, uint32_t max_spares);
 /* Segmented: 0 if every segment holding a byte of [off, end) exists, else -ENOENT
  * (or another -errno from opening one). One file: 0. */
 int em_file_check_segments(struct em_file *f, uint64_t off, uint64_t end);

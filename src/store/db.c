@@ -563,6 +563,11 @@ int ember_open(const char *dir, const ember_options *opts, ember_db **out)
 		      found ? m.hot_begin : 0, found ? m.hot_end : 0, &db->hot_file, &db->hot);
 	if (rc < 0)
 		goto undo_index;
+	/* the hot log reuses its released segment files (file.c invariant 5), so its
+	 * appends overwrite blocks written before (docs/graph.md); the spares it keeps
+	 * hold at most its disk budget again */
+	if (db->opts.log_segment_bytes && !db->readonly)
+		em_file_set_recycle(&db->hot_file, lay.hot_budget / db->opts.log_segment_bytes);
 	/* the cold and chunk logs are appended to, never updated in place (chunks are
 	 * CAS'd in place only while mutable): keep their mutable regions small */
 	rc = log_open(db, COLD_NAME, lay.cold_mem, 0.25, found ? m.cold_begin : 0,

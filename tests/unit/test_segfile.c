@@ -6,11 +6,13 @@
  * segment files they create, synchronous helpers piece by piece on a 2-deep ring,
  * punch removing the segments it covers whole, fsync, the existence check a
  * recovery makes, read-only and no-create opens, truncation, bad arguments, and
- * 4 threads opening and filling segments of one file at once (each with its ring).
+ * 4 threads opening and filling segments of one file at once (each with its ring),
+ * and recycling (em_file_set_recycle): removed segments' files reused as new ones.
  */
 #include <ember.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -315,6 +317,97 @@ static void threads(const char *path)
 	em_file_close(&f);
 }
 
+static ino_t seg_ino(const char *path, unsigned n)
+{
+	char name[4300];
+	struct stat st;
+	snprintf(name, sizeof(name), "%s.%06u", path, n);
+	return stat(name, &st) == 0 ? st.st_ino : 0;
+}
+
+static unsigned spares(const char *path)
+{
+	unsigned n = 0;
+	char name[4300];
+	struct stat st;
+	for (unsigned k = 0; k < 256; k++) {
+		snprintf(name, sizeof(name), "%s.spare.%06u", path, k);
+		n += stat(name, &st) == 0;
+	}
+	return n;
+}
+
+/* em_file_set_recycle (file.c invariant 5): segments removed whole become spares, and
+ * the next segments created take them (the same inodes, the new bytes, blocks
+ * already allocated); a partial release punches nothing; a segment file that
+ * exists on disk is never replaced by a spare; spares go at close and at open. */
+static void recycling(const char *path)
+{
+	struct em_file f;
+	struct em_ring r;
+	CHECK_OK(em_ring_init(&r, 4));
+	CHECK_OK(em_file_open_segmented(&f, path, EM_FILE_CREATE | EM_FILE_TRUNCATE, SEG_BITS));
+	em_file_set_recycle(&f, 2);
+	uint8_t *w = em_alloc_io(16 * MIB), *rd = em_alloc_io(16 * MIB);
+	fill(w, 0, 16 * MIB);
+	CHECK_OK(em_io_pwrite(&r, &f, w, (uint32_t)(16 * MIB), 0)); /* segments 0..3 */
+	ino_t i0 = seg_ino(path, 0), i1 = seg_ino(path, 1);
+	CHECK(i0 && i1, "segments 0 and 1 exist");
+	struct stat st2, st2b;
+	char n2[4300];
+	snprintf(n2, sizeof(n2), "%s.%06u", path, 2);
+	CHECK(stat(n2, &st2) == 0, "segment 2");
+	/* [0, 9 MiB): segments 0 and 1 whole, 1 MiB of segment 2 */
+	CHECK_OK(em_io_punch(&r, &f, 0, 9 * MIB));
+	CHECK(!seg_exists(path, 0) && !seg_exists(path, 1), "removed segments are gone");
+	CHECK(spares(path) == 2, "two spares, found %u", spares(path));
+	CHECK(stat(n2, &st2b) == 0 && st2b.st_blocks == st2.st_blocks,
+	      "a partial release punched blocks while recycling (%lld -> %lld)",
+	      (long long)st2.st_blocks, (long long)st2b.st_blocks);
+	/* segments 4 and 5 take the spares: their inodes, the new bytes */
+	fill(w, 16 * MIB, 8 * MIB);
+	CHECK_OK(em_io_pwrite(&r, &f, w, (uint32_t)(8 * MIB), 16 * MIB));
+	ino_t i4 = seg_ino(path, 4), i5 = seg_ino(path, 5);
+	CHECK((i4 == i0 || i4 == i1) && (i5 == i0 || i5 == i1) && i4 != i5,
+	      "new segments are the removed files");
+	CHECK(spares(path) == 0, "spares left: %u", spares(path));
+	CHECK_OK(em_io_pread(&r, &f, rd, (uint32_t)(8 * MIB), 16 * MIB));
+	check_bytes(rd, 16 * MIB, 8 * MIB, "recycled segments");
+	CHECK_OK(em_io_pread(&r, &f, rd, (uint32_t)(7 * MIB), 9 * MIB));
+	check_bytes(rd, 9 * MIB, 7 * MIB, "the segments kept");
+	/* segment 2 released whole: a spare; closing unlinks it */
+	CHECK_OK(em_io_punch(&r, &f, 9 * MIB, 3 * MIB));
+	CHECK(spares(path) == 1, "one spare, found %u", spares(path));
+	em_file_close(&f);
+	CHECK(spares(path) == 0, "close left %u spares", spares(path));
+	/* reopened: segment 3 is on disk but not open here; a spare must not replace
+	 * it when a write "creates" it */
+	CHECK_OK(em_file_open_segmented(&f, path, EM_FILE_CREATE, SEG_BITS));
+	em_file_set_recycle(&f, 2);
+	CHECK_OK(em_io_punch(&r, &f, 12 * MIB, 0)); /* nothing */
+	CHECK_OK(em_io_punch(&r, &f, 16 * MIB, 4 * MIB)); /* segment 4 -> spare */
+	CHECK(spares(path) == 1, "one spare after the reopen, found %u", spares(path));
+	ino_t i3 = seg_ino(path, 3);
+	fill(w, 12 * MIB, 4 * MIB);
+	CHECK_OK(em_io_pwrite(&r, &f, w + 4096, 4096, 12 * MIB + 4096)); /* the same bytes again */
+	CHECK(seg_ino(path, 3) == i3 && spares(path) == 1, "an existing segment was replaced");
+	CHECK_OK(em_io_pread(&r, &f, rd, (uint32_t)(4 * MIB), 12 * MIB));
+	check_bytes(rd, 12 * MIB, 4 * MIB, "segment 3 after the reopen");
+	em_file_close(&f);
+	/* a leftover spare (a crash) goes at the next writable open */
+	char sp[4300];
+	snprintf(sp, sizeof(sp), "%s.spare.%06u", path, 7);
+	FILE *x = fopen(sp, "w");
+	CHECK(x && fclose(x) == 0, "make a leftover spare");
+	CHECK_OK(em_file_open_segmented(&f, path, EM_FILE_CREATE, SEG_BITS));
+	CHECK(spares(path) == 0, "a leftover spare survived the open");
+	em_file_close(&f);
+	CHECK_OK(em_file_remove_segments(path));
+	em_free(w, 16 * MIB);
+	em_free(rd, 16 * MIB);
+	em_ring_exit(&r);
+}
+
 int main(int argc, char **argv)
 {
 	tu_init("test_segfile", argc, argv);
@@ -323,6 +416,7 @@ int main(int argc, char **argv)
 	snprintf(path, sizeof(path), "%s/log", dir);
 	split_requests(path);
 	threads(path);
+	recycling(path);
 	tu_tmpdir_remove(dir);
 	printf("ok\n");
 	return 0;

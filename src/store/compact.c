@@ -339,7 +339,7 @@ static int cand_load(struct compactor *c, struct scan *sc, struct cand *cd, stru
 	if (res < 0)
 		return res;
 	struct record *r = (struct record *)(void *)(c->rbuf + (cd->addr - off));
-	if ((uint64_t)res < len || rec_header(r) != rec_header(h) || r->key_len != h->key_len ||
+	if ((uint64_t)res < (cd->addr - off) + size || rec_header(r) != rec_header(h) || r->key_len != h->key_len ||
 	    r->val_cap != h->val_cap || memcmp(rec_key(r), rec_key(h), h->key_len) != 0 ||
 	    !rec_head_ok(r, cd->addr, sc->max_record) || r->checksum != rec_checksum(r)) {
 		db_report(sc->s->db, "%s at offset %llu: record fails its checksum or length checks "

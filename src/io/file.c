@@ -179,33 +179,9 @@ static char *dir_of(const char *path)
 	return d;
 }
 
-/* Unlink every "<path>.spare.*" (invariant 5). 0 or -errno. */
-static int remove_spares(const char *path)
-{
-	char *dir = dir_of(path);
-	if (!dir)
-		return -ENOMEM;
-	const char *slash = strrchr(path, '/');
-	const char *base = slash ? slash + 1 : path;
-	size_t blen = strlen(base);
-	int rc = 0;
-	DIR *d = opendir(dir);
-	if (!d) {
-		rc = errno == ENOENT ? 0 : -errno;
-		goto out;
-	}
-	struct dirent *e;
-	while ((e = readdir(d)) != NULL)
-		if (!strncmp(e->d_name, base, blen) && !strncmp(e->d_name + blen, ".spare.", 7) &&
-		    unlinkat(dirfd(d), e->d_name, 0) != 0 && errno != ENOENT && rc == 0)
-			rc = -errno;
-	closedir(d);
-out:
-	em_free(dir, 0);
-	return rc;
-}
-
-int em_file_remove_segments(const char *path)
+/* Unlink path's segment files "<path>.<n>" (spares = 0) or its spares
+ * "<path>.spare.*" (spares = 1, invariant 5). 0 or -errno. */
+static int remove_files(const char *path, int spares)
 {
 	char *dir = dir_of(path);
 	if (!dir)
@@ -222,9 +198,10 @@ int em_file_remove_segments(const char *path)
 	struct dirent *e;
 	while ((e = readdir(d)) != NULL) {
 		uint64_t n;
-		if (!seg_parse(e->d_name, base, blen, &n))
-			continue;
-		if (unlinkat(dirfd(d), e->d_name, 0) != 0 && errno != ENOENT && rc == 0)
+		int match = spares ? !strncmp(e->d_name, base, blen) &&
+					     !strncmp(e->d_name + blen, ".spare.", 7)
+				   : seg_parse(e->d_name, base, blen, &n);
+		if (match && unlinkat(dirfd(d), e->d_name, 0) != 0 && errno != ENOENT && rc == 0)
 			rc = -errno;
 	}
 	closedir(d);
@@ -232,6 +209,8 @@ out:
 	em_free(dir, 0);
 	return rc;
 }
+
+int em_file_remove_segments(const char *path) { return remove_files(path, 0); }
 
 int em_file_open_segmented(struct em_file *f, const char *path, int flags, uint32_t seg_bits)
 {
@@ -259,7 +238,7 @@ int em_file_open_segmented(struct em_file *f, const char *path, int flags, uint3
 	memcpy(g->path, path, pl + 1);
 	g->writable = !(flags & EM_FILE_READONLY);
 	g->create = g->writable && (flags & EM_FILE_CREATE);
-	if (g->writable && (rc = remove_spares(path)) < 0) /* a crash's leftovers */
+	if (g->writable && (rc = remove_files(path, 1)) < 0) /* a crash's leftovers */
 		goto undo;
 	if (flags & EM_FILE_TRUNCATE) {
 		if (!g->writable) {

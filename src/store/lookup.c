@@ -331,23 +331,18 @@ static void on_read(struct lookup_run *run, uint32_t idx, int res)
 	struct lookup *l = &run->lk[li];
 	uint8_t *buf = io->cur;
 	int next;
+	if (l->addr < hlog_load(&phase_log(db, l->phase)->begin)) {
+		/* released while the read was in flight: it failed (a segment removed
+		 * under it), or what came back may be another segment's newer bytes (a
+		 * recycled file, file.c invariant 5), however well-formed; back to the
+		 * index (note 2) */
+		next = bad_record(run, l);
+		goto out;
+	}
 	if (res < 0) {
-		if (l->addr < hlog_load(&phase_log(db, l->phase)->begin)) {
-			/* released meanwhile (a log segment removed under the read): as a
-			 * record that fails its checks there, back to the index */
-			next = bad_record(run, l);
-			goto out;
-		}
 		finish(run, l, res, NULL, 0);
 		slot_release(s, idx);
 		return;
-	}
-	if (l->addr < hlog_load(&phase_log(db, l->phase)->begin)) {
-		/* released while the read was in flight: what came back may be another
-		 * segment's newer bytes (a recycled file, file.c invariant 5), however
-		 * well-formed; back to the index (note 2) */
-		next = bad_record(run, l);
-		goto out;
 	}
 	uint64_t pos = l->addr - io->off;
 	uint64_t avail = (uint64_t)res;

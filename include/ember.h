@@ -90,6 +90,19 @@ const char *ember_strerror(int code);
 				    writes, compaction and checkpoints return
 				    EMBER_EREADONLY. Several read-only opens may share a
 				    store; a writer excludes them (EMBER_EBUSY). */
+#define EMBER_OPEN_PREWRITE_LOG 0x4u /* give the hot log its disk ahead of time:
+				    the open writes spare segment files full of zeros
+				    until the log's segments and spares span
+				    hot_disk_budget (at most 64 spares), and close
+				    keeps them for the next open that asks, so the
+				    log's first pass over its budget overwrites blocks
+				    written before instead of appending (see
+				    log_segment_bytes). Costs up to hot_disk_budget
+				    bytes of writes, paid once while the spares stay
+				    (an open without the flag removes them), and that
+				    much disk. Needs log_segment_bytes (the options'
+				    or the store's own) and a writable open:
+				    EMBER_EINVAL otherwise. */
 
 /*
  * Options for ember_open(). Zero the struct (or call ember_options_default()) and
@@ -129,7 +142,8 @@ typedef struct ember_options {
 	 * hot_disk_budget. Measured: a little faster on YCSB A and B larger than
 	 * memory; on the partition buffer, no gain in a first epoch but epochs
 	 * 0.95-1.18x the I/O floor instead of 1.16-1.69x once compaction releases
-	 * space (docs/graph.md, session 8). Released log space goes back by removing
+	 * space (docs/graph.md, session 8). EMBER_OPEN_PREWRITE_LOG gives a new
+	 * log such files from the start. Released log space goes back by removing
 	 * whole segment files, also where the filesystem cannot punch holes. Each
 	 * segment holding log data stays open: a log takes about (its disk use /
 	 * log_segment_bytes) + 17 file descriptors. */

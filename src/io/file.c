@@ -33,7 +33,15 @@
  *     past its recovered tail: nothing reads there (the store reads only what it
  *     wrote, and recovery only below the checkpoint's tail). Partial releases are
  *     not punched while recycling, so spares have no holes. Spares are unlinked
- *     at open and close.
+ *     at open and close, unless kept (invariant 6).
+ *  6. Kept spares (EM_FILE_KEEP_SPARES, em_file_prewrite_spares): a spare's bytes
+ *     are never read as such (invariant 5), so any file of a whole segment's size
+ *     with every block allocated serves, whatever it holds: zeros written ahead,
+ *     or a released segment's records. An open that keeps spares takes up those
+ *     an earlier one left (fewer than SEG_SPARE, numbered below spare_seq after
+ *     it) and unlinks every other "<path>.spare.*" (wrong size, holes: a crash
+ *     while one was written); close leaves them. Recycling trims them to its
+ *     limit.
  *  4. A request that crosses a segment end is split in two (it may span at most two
  *     segments: -EINVAL otherwise). It holds one entry of r->splits, and counts once
  *     in r->inflight, from its queueing until its second part completes; each part's
@@ -98,6 +106,8 @@ struct em_segs {
 	uint64_t spare[SEG_SPARE];
 	uint64_t spare_seq;         /* under mu: the next spare's number */
 	_Atomic uint64_t recycled;  /* segments created from a spare (statistic) */
+	int keep_spares;            /* EM_FILE_KEEP_SPARES (invariant 6) */
+	uint32_t seg_bits;
 };
 
 int em_file_open(struct em_file *f, const char *path, int flags)
@@ -148,19 +158,25 @@ static char *spare_name(const struct em_segs *g, uint64_t k)
 	return p;
 }
 
-/* Is name "<base>.<digits>"? Then *n is the segment number. */
-static int seg_parse(const char *name, const char *base, size_t blen, uint64_t *n)
+/* Is c a decimal number (one digit at least)? Then *n is its value. */
+static int num_parse(const char *c, uint64_t *n)
 {
-	if (strncmp(name, base, blen) != 0 || name[blen] != '.' || !name[blen + 1])
+	if (!*c)
 		return 0;
 	uint64_t v = 0;
-	for (const char *c = name + blen + 1; *c; c++) {
+	for (; *c; c++) {
 		if (*c < '0' || *c > '9' || v > UINT64_MAX / 10 - 1)
 			return 0;
 		v = v * 10 + (uint64_t)(*c - '0');
 	}
 	*n = v;
 	return 1;
+}
+
+/* Is name "<base>.<digits>"? Then *n is the segment number. */
+static int seg_parse(const char *name, const char *base, size_t blen, uint64_t *n)
+{
+	return !strncmp(name, base, blen) && name[blen] == '.' && num_parse(name + blen + 1, n);
 }
 
 /* path's directory ("." or "/" where it has none) into a new string, or NULL. */
@@ -179,9 +195,13 @@ static char *dir_of(const char *path)
 	return d;
 }
 
-/* Unlink path's segment files "<path>.<n>" (spares = 0) or its spares
- * "<path>.spare.*" (spares = 1, invariant 5). 0 or -errno. */
-static int remove_files(const char *path, int spares)
+#define RM_SEGS 1   /* remove_files: the segment files "<path>.<n>" */
+#define RM_SPARES 2 /* and/or the spares "<path>.spare.*" (invariant 5) */
+
+/* Unlink path's files of the kinds in what (RM_*). With keep (spares only), a
+ * spare of a whole segment's size with every block allocated is kept instead and
+ * recorded in keep (invariant 6). 0 or -errno. */
+static int remove_files(const char *path, int what, struct em_segs *keep)
 {
 	char *dir = dir_of(path);
 	if (!dir)
@@ -196,12 +216,29 @@ static int remove_files(const char *path, int spares)
 		goto out;
 	}
 	struct dirent *e;
+	size_t slen = strlen(".spare.");
 	while ((e = readdir(d)) != NULL) {
 		uint64_t n;
-		int match = spares ? !strncmp(e->d_name, base, blen) &&
-					     !strncmp(e->d_name + blen, ".spare.", 7)
-				   : seg_parse(e->d_name, base, blen, &n);
-		if (match && unlinkat(dirfd(d), e->d_name, 0) != 0 && errno != ENOENT && rc == 0)
+		int spare = !strncmp(e->d_name, base, blen) && !strncmp(e->d_name + blen, ".spare.", slen);
+		int match = spare ? (what & RM_SPARES) : (what & RM_SEGS) && seg_parse(e->d_name, base, blen, &n);
+		if (!match)
+			continue;
+		const char *num = e->d_name + blen + slen;
+		char canon[24]; /* the name spare_name gives n: the only one a rename finds */
+		if (spare && keep && keep->nspare < SEG_SPARE && num_parse(num, &n) && n < UINT64_MAX / 2 &&
+		    snprintf(canon, sizeof(canon), "%06" PRIu64, n) > 0 && !strcmp(canon, num)) {
+			uint64_t seg = UINT64_C(1) << keep->seg_bits;
+			struct stat st;
+			if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+			    S_ISREG(st.st_mode) && (uint64_t)st.st_size == seg &&
+			    (uint64_t)st.st_blocks * 512 >= seg) {
+				keep->spare[keep->nspare++] = n; /* invariant 6 */
+				if (n >= keep->spare_seq)
+					keep->spare_seq = n + 1;
+				continue;
+			}
+		}
+		if (unlinkat(dirfd(d), e->d_name, 0) != 0 && errno != ENOENT && rc == 0)
 			rc = -errno;
 	}
 	closedir(d);
@@ -210,7 +247,10 @@ out:
 	return rc;
 }
 
-int em_file_remove_segments(const char *path) { return remove_files(path, 0); }
+int em_file_remove_segments(const char *path)
+{
+	return remove_files(path, RM_SEGS | RM_SPARES, NULL);
+}
 
 int em_file_open_segmented(struct em_file *f, const char *path, int flags, uint32_t seg_bits)
 {
@@ -238,14 +278,17 @@ int em_file_open_segmented(struct em_file *f, const char *path, int flags, uint3
 	memcpy(g->path, path, pl + 1);
 	g->writable = !(flags & EM_FILE_READONLY);
 	g->create = g->writable && (flags & EM_FILE_CREATE);
-	if (g->writable && (rc = remove_files(path, 1)) < 0) /* a crash's leftovers */
+	g->keep_spares = g->writable && (flags & EM_FILE_KEEP_SPARES);
+	g->seg_bits = seg_bits;
+	/* a crash's leftovers, or (invariant 6) the spares an earlier open kept */
+	if (g->writable && (rc = remove_files(path, RM_SPARES, g->keep_spares ? g : NULL)) < 0)
 		goto undo;
 	if (flags & EM_FILE_TRUNCATE) {
 		if (!g->writable) {
 			rc = -EINVAL;
 			goto undo;
 		}
-		rc = em_file_remove_segments(path);
+		rc = remove_files(path, RM_SEGS, NULL);
 		if (rc == 0 && unlink(path) != 0 && errno != ENOENT)
 			rc = -errno;
 		if (rc < 0)
@@ -268,8 +311,122 @@ undo:
 
 void em_file_set_recycle(struct em_file *f, uint32_t max_spares)
 {
-	if (f->segs && f->segs->create)
-		f->segs->spare_max = max_spares < SEG_SPARE ? max_spares : SEG_SPARE;
+	struct em_segs *g = f->segs;
+	if (!g || !g->create)
+		return;
+	g->spare_max = max_spares < SEG_SPARE ? max_spares : SEG_SPARE;
+	while (g->nspare > g->spare_max) { /* spares kept beyond the limit (invariant 6) */
+		char *sp = spare_name(g, g->spare[--g->nspare]);
+		if (sp)
+			(void)unlink(sp); /* one left behind goes at the next open */
+		em_free(sp, 0);
+	}
+}
+
+uint32_t em_file_spares(struct em_file *f)
+{
+	if (!f->segs)
+		return 0;
+	pthread_mutex_lock(&f->segs->mu);
+	uint32_t n = f->segs->nspare;
+	pthread_mutex_unlock(&f->segs->mu);
+	return n;
+}
+
+#define PREWRITE_CHUNK (UINT32_C(4) << 20) /* bytes per write of zeros */
+#define PREWRITE_DEPTH 4u                  /* writes in flight */
+
+struct prewrite {
+	uint32_t done;
+	int err;
+};
+
+static void prewrite_cb(void *ctx, uint64_t ud, int res)
+{
+	(void)ud;
+	struct prewrite *pw = ctx;
+	pw->done++;
+	if (res != (int)PREWRITE_CHUNK && !pw->err)
+		pw->err = res < 0 ? res : -EIO;
+}
+
+/* Write the file fd's first seg bytes with zeros (from zero, PREWRITE_CHUNK
+ * bytes), PREWRITE_DEPTH writes in flight. 0 or -errno. */
+static int prewrite_file(struct em_ring *r, int fd, int direct, const void *zero, uint64_t seg)
+{
+	struct em_file one = {fd, direct, 0, NULL};
+	struct prewrite pw = {0, 0};
+	uint32_t n = (uint32_t)(seg / PREWRITE_CHUNK), queued = 0;
+	int rc = 0;
+	while (pw.done < queued || (queued < n && !pw.err && rc == 0)) {
+		while (queued < n && queued - pw.done < PREWRITE_DEPTH && !pw.err && rc == 0) {
+			rc = em_ring_write(r, &one, zero, PREWRITE_CHUNK, (uint64_t)queued * PREWRITE_CHUNK,
+					   queued);
+			queued += rc == 0;
+		}
+		/* a failed submit or reap leaves requests that cannot be waited for: the
+		 * caller tears the ring down before it frees the zeros */
+		int sr = em_ring_submit(r);
+		if (sr < 0)
+			return sr;
+		if (pw.done < queued && (sr = em_ring_reap(r, 1, prewrite_cb, &pw)) < 0)
+			return sr;
+	}
+	return rc < 0 ? rc : pw.err;
+}
+
+int em_file_prewrite_spares(struct em_file *f, uint32_t n)
+{
+	struct em_segs *g = f->segs;
+	if (!g || !g->create)
+		return -EINVAL;
+	uint64_t seg = UINT64_C(1) << f->seg_bits;
+	if (n > g->spare_max)
+		n = g->spare_max;
+	if (g->nspare >= n)
+		return 0;
+	struct em_ring r;
+	int rc = em_ring_init(&r, PREWRITE_DEPTH);
+	if (rc < 0)
+		return rc;
+	void *zero = em_alloc_io(PREWRITE_CHUNK);
+	if (!zero) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	memset(zero, 0, PREWRITE_CHUNK);
+	pthread_mutex_lock(&g->mu); /* no other user yet: held for the spare list */
+	while (g->nspare < n && rc == 0) {
+		char *sp = spare_name(g, g->spare_seq);
+		if (!sp) {
+			rc = -ENOMEM;
+			break;
+		}
+		int oflags = O_CLOEXEC | O_RDWR | O_CREAT | O_EXCL, direct = 1;
+		int fd = open(sp, oflags | O_DIRECT, 0644);
+		if (fd < 0 && errno == EINVAL) {
+			fd = open(sp, oflags, 0644); /* the filesystem refuses O_DIRECT */
+			direct = 0;
+		}
+		if (fd < 0) {
+			rc = -errno;
+		} else {
+			rc = prewrite_file(&r, fd, direct, zero, seg);
+			close(fd);
+			if (rc < 0)
+				(void)unlink(sp); /* half written: not a spare */
+			else
+				g->spare[g->nspare++] = g->spare_seq;
+			g->dir_dirty = 1;
+		}
+		g->spare_seq++;
+		em_free(sp, 0);
+	}
+	pthread_mutex_unlock(&g->mu);
+out:
+	em_ring_exit(&r);
+	em_free(zero, PREWRITE_CHUNK); /* after the ring: no write of it is left */
+	return rc;
 }
 
 /* Segment n's table cell (allocating its block when alloc), or NULL. */
@@ -384,7 +541,7 @@ static void segs_close(struct em_file *f)
 	for (int i = 0; i < SEG_RETIRED; i++)
 		if (g->retired[i] >= 0)
 			close(g->retired[i]);
-	for (uint32_t i = 0; i < g->nspare; i++) {
+	for (uint32_t i = 0; i < g->nspare && !g->keep_spares; i++) {
 		char *sp = spare_name(g, g->spare[i]);
 		if (sp)
 			(void)unlink(sp); /* space back to the file system; a leftover goes at open */

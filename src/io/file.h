@@ -51,6 +51,9 @@ struct em_file {
 #define EM_FILE_CREATE 0x1
 #define EM_FILE_TRUNCATE 0x2
 #define EM_FILE_READONLY 0x4
+/* Segmented and writable: take up the spare files an earlier open left (file.c
+ * invariant 6) instead of removing them, and leave them at close. */
+#define EM_FILE_KEEP_SPARES 0x8
 
 /* Open path. Returns 0 or -errno. */
 int em_file_open(struct em_file *f, const char *path, int flags);
@@ -66,11 +69,19 @@ int em_file_open_segmented(struct em_file *f, const char *path, int flags, uint3
  * removal may then see a later segment's bytes: callers check after the read that
  * its range is still theirs. Call before any I/O. */
 void em_file_set_recycle(struct em_file *f, uint32_t max_spares);
+/* Segmented, recycling: write spare files full of zeros until there are n spares
+ * (at most the recycling limit), so that the next n segments created overwrite
+ * blocks written before (file.c invariant 6). Synchronous: n segments' bytes of
+ * writes, several in flight. Call before any I/O. 0 or -errno (a spare being
+ * written when it fails is removed; the spares written before it are kept). */
+int em_file_prewrite_spares(struct em_file *f, uint32_t n);
+/* Segmented: spare files held now (0 for one file). */
+uint32_t em_file_spares(struct em_file *f);
 /* Segmented: 0 if every segment holding a byte of [off, end) exists, else -ENOENT
  * (or another -errno from opening one). One file: 0. */
 int em_file_check_segments(struct em_file *f, uint64_t off, uint64_t end);
-/* Remove every segment file "<path>.<n>" (a store that was segmented and is
- * recreated with one file). 0 or -errno. */
+/* Remove every segment file "<path>.<n>" and spare "<path>.spare.<k>" (a store
+ * that was segmented and is recreated with one file). 0 or -errno. */
 int em_file_remove_segments(const char *path);
 void em_file_close(struct em_file *f);
 /* Current size in bytes, or -errno (-EINVAL for a segmented file). */

@@ -123,9 +123,10 @@ static int options_resolve(const ember_options *in, ember_options *out)
 		return EMBER_EINVAL;
 	if (out->log_segment_bytes && !log_segment_ok(out->log_segment_bytes))
 		return EMBER_EINVAL;
-	if (out->flags & ~(uint32_t)(EMBER_OPEN_TRUNCATE | EMBER_OPEN_READONLY))
+	if (out->flags & ~(uint32_t)(EMBER_OPEN_TRUNCATE | EMBER_OPEN_READONLY | EMBER_OPEN_PREWRITE_LOG))
 		return EMBER_EINVAL;
-	if ((out->flags & EMBER_OPEN_TRUNCATE) && (out->flags & EMBER_OPEN_READONLY))
+	if ((out->flags & EMBER_OPEN_READONLY) &&
+	    (out->flags & (EMBER_OPEN_TRUNCATE | EMBER_OPEN_PREWRITE_LOG)))
 		return EMBER_EINVAL;
 	return 0;
 }
@@ -415,7 +416,8 @@ static void db_free(struct ember_db *db)
 /* Open one log: its file and its memory and worker. begin == 0: a new log (the file
  * is truncated); else the log restarts with [begin, tail) on disk. */
 static int log_open(struct ember_db *db, const char *name, uint64_t mem, double mutable_fraction,
-		    uint64_t begin, uint64_t tail, struct em_file *file, struct hlog **out)
+		    uint64_t begin, uint64_t tail, int keep_spares, struct em_file *file,
+		    struct hlog **out)
 {
 	char *path = path_join(db->dir, name);
 	if (!path)
@@ -428,8 +430,9 @@ static int log_open(struct ember_db *db, const char *name, uint64_t mem, double 
 	if (seg) {
 		/* segments exist only where the log has data: check [begin, tail);
 		 * writes create the segments past a recovered tail */
-		rc = em_file_open_segmented(file, path, db->readonly ? fl : fl | EM_FILE_CREATE,
-					    (uint32_t)__builtin_ctzll(seg));
+		if (!db->readonly)
+			fl |= EM_FILE_CREATE | (keep_spares ? EM_FILE_KEEP_SPARES : 0);
+		rc = em_file_open_segmented(file, path, fl, (uint32_t)__builtin_ctzll(seg));
 		if (rc == 0 && begin && (rc = em_file_check_segments(file, begin, tail)) < 0)
 			em_file_close(file);
 	} else {
@@ -525,6 +528,14 @@ int ember_open(const char *dir, const ember_options *opts, ember_db **out)
 	rc = super_step(db, 0, &geo, &recover);
 	if (rc < 0)
 		goto undo_lock;
+	/* before anything changes on disk: the store's own segment size, or the new one's */
+	if ((db->opts.flags & EMBER_OPEN_PREWRITE_LOG) &&
+	    !(recover ? geo.log_segment_bytes : db->opts.log_segment_bytes)) {
+		db_report(db, "%s: EMBER_OPEN_PREWRITE_LOG needs a store in segment files "
+			      "(log_segment_bytes)", db->dir);
+		rc = EMBER_EINVAL;
+		goto undo_lock;
+	}
 	rc = ckpt_init(db);
 	if (rc < 0)
 		goto undo_lock;
@@ -550,6 +561,7 @@ int ember_open(const char *dir, const ember_options *opts, ember_db **out)
 	rc = layout_resolve(&db->opts, recover ? &geo : NULL, &lay);
 	if (rc < 0)
 		goto undo_ckpt;
+
 	db->ep = em_alloc_aligned(64, sizeof(struct epoch));
 	if (!db->ep) {
 		rc = EMBER_ENOMEM;
@@ -559,8 +571,10 @@ int ember_open(const char *dir, const ember_options *opts, ember_db **out)
 	rc = hi_init(&db->index, db->opts.index_buckets);
 	if (rc < 0)
 		goto undo_epoch;
+	int prewrite = (db->opts.flags & EMBER_OPEN_PREWRITE_LOG) != 0;
 	rc = log_open(db, HOT_NAME, lay.hot_mem, db->opts.mutable_fraction,
-		      found ? m.hot_begin : 0, found ? m.hot_end : 0, &db->hot_file, &db->hot);
+		      found ? m.hot_begin : 0, found ? m.hot_end : 0, prewrite, &db->hot_file,
+		      &db->hot);
 	if (rc < 0)
 		goto undo_index;
 	/* the hot log reuses its released segment files (file.c invariant 5), so its
@@ -568,14 +582,28 @@ int ember_open(const char *dir, const ember_options *opts, ember_db **out)
 	 * hold at most its disk budget again */
 	if (db->opts.log_segment_bytes && !db->readonly)
 		em_file_set_recycle(&db->hot_file, lay.hot_budget / db->opts.log_segment_bytes);
+	if (prewrite) {
+		/* spares for every segment the log may take before it reaches its budget
+		 * (file.c invariant 6); those an earlier open kept count */
+		uint64_t seg = db->opts.log_segment_bytes, begin = found ? m.hot_begin : 0;
+		uint64_t tail = found ? m.hot_end : 0;
+		uint64_t live = tail > begin ? (tail - 1) / seg - begin / seg + 1 : 0;
+		uint64_t want = lay.hot_budget / seg > live ? lay.hot_budget / seg - live : 0;
+		rc = em_file_prewrite_spares(&db->hot_file, want < UINT32_MAX ? (uint32_t)want : UINT32_MAX);
+		if (rc < 0) {
+			db_report(db, "%s: writing the hot log's spare segments ahead failed: %s",
+				  db->dir, ember_strerror(rc));
+			goto undo_hot;
+		}
+	}
 	/* the cold and chunk logs are appended to, never updated in place (chunks are
 	 * CAS'd in place only while mutable): keep their mutable regions small */
 	rc = log_open(db, COLD_NAME, lay.cold_mem, 0.25, found ? m.cold_begin : 0,
-		      found ? m.cold_end : 0, &db->cold_file, &db->cold);
+		      found ? m.cold_end : 0, 0, &db->cold_file, &db->cold);
 	if (rc < 0)
 		goto undo_hot;
 	rc = log_open(db, CHUNK_NAME, lay.chunk_mem, 0.5, found ? m.chunk_begin : 0,
-		      found ? m.chunk_end : 0, &db->chunk_file, &db->chunks);
+		      found ? m.chunk_end : 0, 0, &db->chunk_file, &db->chunks);
 	if (rc < 0)
 		goto undo_cold;
 	rc = ci_init(&db->cidx, db->opts.cold_index_chunks, db->opts.cold_chunk_bytes, db->chunks);

@@ -808,6 +808,10 @@ static void test_bad_options(void)
 	BAD(log_memory, 8u * (64u << 10) - 1);
 	BAD(cold_cache_memory, (1ull << 44) + 1);
 	BAD(cold_cache_memory, UINT64_MAX - 1); /* only UINT64_MAX itself means "off" */
+	BAD(flags, 0x80000000u);                /* no such flag */
+	BAD(flags, EMBER_OPEN_TRUNCATE | EMBER_OPEN_READONLY);
+	BAD(flags, EMBER_OPEN_PREWRITE_LOG | EMBER_OPEN_READONLY);
+	BAD(flags, EMBER_OPEN_PREWRITE_LOG); /* a store in one file */
 #undef BAD
 	/* An index too big to allocate: a negative code, never a crash. */
 	small_opts(&o);

@@ -18,10 +18,17 @@
  * With the hot log in segment files, a pass removes a whole segment and the next
  * segment created reuses its file (the same inode), and every key keeps its newest
  * value through more passes and a reopen.
+ * EMBER_OPEN_PREWRITE_LOG (file.c invariant 6): the open writes spare segment
+ * files for the hot log's budget, the log's first segments take them, close keeps
+ * the rest and the next open with the flag takes them up without writing again
+ * (one cut short while closed is replaced); an open without the flag removes them.
+ * The flag without segments, or with a read-only open, is EMBER_EINVAL and
+ * changes nothing (not even with EMBER_OPEN_TRUNCATE).
  * All checks are byte and I/O counts, not timings.
  */
 #include <ember.h>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,10 +94,10 @@ static void write_gens(ember_session *s, unsigned g0, unsigned g1)
 	free(v);
 }
 
-static void build(const char *dir)
+static void build_flags(const char *dir, uint32_t flags)
 {
 	ember_options o;
-	opts(&o, EMBER_OPEN_TRUNCATE);
+	opts(&o, EMBER_OPEN_TRUNCATE | flags);
 	ember_db *db;
 	ember_session *s;
 	CHECK_OK(ember_open(dir, &o, &db));
@@ -107,6 +114,8 @@ static void build(const char *dir)
 	CHECK_OK(ember_session_close(s));
 	CHECK_OK(ember_close(db));
 }
+
+static void build(const char *dir) { build_flags(dir, 0); }
 
 /* Every key reads its newest value; returns how many reads failed with
  * EMBER_ECORRUPT (never a wrong value, never another error). */
@@ -301,6 +310,104 @@ static void test_recycled_segments(const char *dir)
 	last_gen = GENS - 1;
 }
 
+/* How many "hot.log.spare.*" files dir holds. */
+static unsigned spares(const char *dir)
+{
+	DIR *d = opendir(dir);
+	CHECK(d != NULL, "opendir %s", dir);
+	unsigned n = 0;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL)
+		n += strncmp(e->d_name, "hot.log.spare.", 14) == 0;
+	closedir(d);
+	return n;
+}
+
+/* Spare k's inode if it is a whole 32 MiB segment with every block written, else 0. */
+static ino_t spare_ino(const char *dir, unsigned k)
+{
+	char p[600];
+	struct stat st;
+	snprintf(p, sizeof(p), "%s/hot.log.spare.%06u", dir, k);
+	if (stat(p, &st) != 0)
+		return 0;
+	CHECK(st.st_size == (32 << 20) && (uint64_t)st.st_blocks * 512 >= (32u << 20),
+	      "spare %u: %lld bytes, %lld blocks", k, (long long)st.st_size, (long long)st.st_blocks);
+	return st.st_ino;
+}
+
+static int open_flags(const char *dir, uint32_t flags, ember_db **db)
+{
+	ember_options o;
+	opts(&o, flags);
+	return ember_open(dir, &o, db);
+}
+
+static void test_prewrite(const char *dir)
+{
+	ember_db *db;
+	last_gen = GENS - 1;
+	/* bad uses, on a store in one file: nothing changes */
+	with_segments = 0;
+	build(dir);
+	CHECK_RC(open_flags(dir, EMBER_OPEN_PREWRITE_LOG, &db), EMBER_EINVAL);
+	CHECK_RC(open_flags(dir, EMBER_OPEN_PREWRITE_LOG | EMBER_OPEN_TRUNCATE, &db), EMBER_EINVAL);
+	CHECK_RC(open_flags(dir, EMBER_OPEN_PREWRITE_LOG | EMBER_OPEN_READONLY, &db), EMBER_EINVAL);
+	with_segments = 1;
+	CHECK_RC(open_flags(dir, EMBER_OPEN_PREWRITE_LOG, &db), EMBER_EINVAL); /* the store's own */
+	with_segments = 0;
+	db = reopen(dir);
+	CHECK(verify(db) == 0, "the store after the refused opens");
+	CHECK_OK(ember_close(db));
+	CHECK(spares(dir) == 0, "spares of a one-file store");
+
+	/* a new store: the 96 MiB budget is 3 spares, written at open */
+	with_segments = 1;
+	CHECK_OK(open_flags(dir, EMBER_OPEN_TRUNCATE | EMBER_OPEN_PREWRITE_LOG, &db));
+	CHECK(spares(dir) == 3 && spare_ino(dir, 0) && spare_ino(dir, 1) && spare_ino(dir, 2),
+	      "spares after the open: %u", spares(dir));
+	ino_t s1 = spare_ino(dir, 1), s2 = spare_ino(dir, 2);
+	CHECK_OK(ember_close(db));
+	CHECK(spares(dir) == 3, "close kept %u spares", spares(dir));
+	/* the build (a truncating open: the spares are the directory's, not the
+	 * store's) spans segments 0 and 1: they are the last two spares' files */
+	build_flags(dir, EMBER_OPEN_PREWRITE_LOG);
+	CHECK(seg_ino(dir, 0) == s2 && seg_ino(dir, 1) == s1, "the log's segments are not the spares");
+	CHECK(spares(dir) == 1, "spares left: %u", spares(dir));
+	ino_t s0 = spare_ino(dir, 0);
+	CHECK(s0, "spare 0 kept");
+	/* a recovering open with the flag takes the spare up, unwritten */
+	CHECK_OK(open_flags(dir, EMBER_OPEN_PREWRITE_LOG, &db));
+	CHECK(spares(dir) == 1 && spare_ino(dir, 0) == s0, "the kept spare was not taken up");
+	CHECK(verify(db) == 0, "reads after the open that took the spare up");
+	CHECK_OK(ember_close(db));
+	/* a spare cut short while closed: removed, and a whole one written */
+	char p[600];
+	snprintf(p, sizeof(p), "%s/hot.log.spare.%06u", dir, 0);
+	CHECK(truncate(p, 4096) == 0, "truncate the spare");
+	CHECK_OK(open_flags(dir, EMBER_OPEN_PREWRITE_LOG, &db));
+	CHECK(spares(dir) == 1 && spare_ino(dir, 0), "the short spare was not replaced");
+	/* passes release segment 0 (a spare again), and new writes take spares */
+	CHECK_OK(ember_compact(db, 1));
+	CHECK_OK(ember_checkpoint(db, NULL));
+	CHECK_OK(ember_compact(db, 1));
+	CHECK(!seg_ino(dir, 0) && spares(dir) == 2, "segment 0 released: %u spares", spares(dir));
+	ember_session *s;
+	CHECK_OK(ember_session_open(db, &s));
+	write_gens(s, GENS, 2 * GENS);
+	CHECK_OK(ember_session_close(s));
+	CHECK(spares(dir) == 1, "segment 2 took a spare: %u left", spares(dir));
+	CHECK(verify(db) == 0, "reads after the passes");
+	CHECK_OK(ember_close(db));
+	/* an open without the flag gives the space back */
+	db = reopen(dir);
+	CHECK(spares(dir) == 0, "spares after an open without the flag: %u", spares(dir));
+	CHECK(verify(db) == 0, "reads after a reopen");
+	CHECK_OK(ember_close(db));
+	with_segments = 0;
+	last_gen = GENS - 1;
+}
+
 int main(int argc, char **argv)
 {
 	tu_init("test_compact_large", argc, argv);
@@ -316,6 +423,8 @@ int main(int argc, char **argv)
 	test_damaged_live_value(dir);
 	printf("recycled segment files\n");
 	test_recycled_segments(dir);
+	printf("segment files written ahead\n");
+	test_prewrite(dir);
 	tu_tmpdir_remove(dir);
 	printf("ok\n");
 	return 0;

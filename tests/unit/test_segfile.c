@@ -7,10 +7,16 @@
  * punch removing the segments it covers whole, fsync, the existence check a
  * recovery makes, read-only and no-create opens, truncation, bad arguments, and
  * 4 threads opening and filling segments of one file at once (each with its ring),
- * and recycling (em_file_set_recycle): removed segments' files reused as new ones.
+ * and recycling (em_file_set_recycle): removed segments' files reused as new ones;
+ * spares written ahead and kept (EM_FILE_KEEP_SPARES, em_file_prewrite_spares):
+ * whole and allocated, taken by new segments, kept at close, taken up by the next
+ * keeping open (a short, sparse or misnamed one removed), trimmed to the recycling
+ * limit, removed by an open that does not keep them and by
+ * em_file_remove_segments; bad uses refused.
  */
 #include <ember.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -408,6 +414,118 @@ static void recycling(const char *path)
 	em_ring_exit(&r);
 }
 
+/* Spare k's inode if it is a whole segment with every block allocated, else 0. */
+static ino_t whole_spare(const char *path, unsigned k)
+{
+	char name[4300];
+	struct stat st;
+	snprintf(name, sizeof(name), "%s.spare.%06u", path, k);
+	if (stat(name, &st) != 0)
+		return 0;
+	uint64_t seg = UINT64_C(1) << SEG_BITS;
+	CHECK((uint64_t)st.st_size == seg && (uint64_t)st.st_blocks * 512 >= seg,
+	      "spare %u: %lld bytes, %lld blocks", k, (long long)st.st_size, (long long)st.st_blocks);
+	return st.st_ino;
+}
+
+static void make_file(const char *name, uint64_t size, int write)
+{
+	int fd = open(name, O_CREAT | O_TRUNC | O_WRONLY, 0644);
+	CHECK(fd >= 0, "create %s", name);
+	if (write) {
+		static uint8_t block[65536];
+		for (uint64_t o = 0; o < size; o += sizeof(block))
+			CHECK(pwrite(fd, block, sizeof(block), (off_t)o) == (ssize_t)sizeof(block), "write");
+	} else {
+		CHECK(ftruncate(fd, (off_t)size) == 0, "ftruncate"); /* a hole */
+	}
+	close(fd);
+}
+
+/* Spares written ahead and kept across opens (file.c invariant 6). */
+static void kept_spares(const char *path)
+{
+	struct em_file f, one;
+	struct em_ring r;
+	CHECK_OK(em_ring_init(&r, 4));
+	uint64_t seg = UINT64_C(1) << SEG_BITS;
+	/* bad uses: one file, read-only, not recycling */
+	char plain[4300];
+	snprintf(plain, sizeof(plain), "%s.plain", path);
+	CHECK_OK(em_file_open(&one, plain, EM_FILE_CREATE | EM_FILE_TRUNCATE));
+	CHECK_RC(em_file_prewrite_spares(&one, 2), -EINVAL);
+	CHECK(em_file_spares(&one) == 0, "a plain file's spares");
+	em_file_close(&one);
+	unlink(plain);
+	CHECK_OK(em_file_open_segmented(&f, path, EM_FILE_CREATE | EM_FILE_TRUNCATE | EM_FILE_KEEP_SPARES,
+					SEG_BITS));
+	CHECK_OK(em_file_prewrite_spares(&f, 2)); /* recycling off: nothing */
+	CHECK(spares(path) == 0, "spares written while not recycling");
+	/* three at most */
+	em_file_set_recycle(&f, 3);
+	CHECK_OK(em_file_prewrite_spares(&f, 5));
+	CHECK(spares(path) == 3 && em_file_spares(&f) == 3, "spares: %u", spares(path));
+	ino_t s1 = whole_spare(path, 1), s2 = whole_spare(path, 2);
+	CHECK(whole_spare(path, 0) && s1 && s2, "spares 0..2 whole");
+	/* segments 0 and 1 take spares 2 and 1 */
+	uint8_t *w = em_alloc_io(8 * MIB), *rd = em_alloc_io(8 * MIB);
+	fill(w, 0, 8 * MIB);
+	CHECK_OK(em_io_pwrite(&r, &f, w, (uint32_t)(8 * MIB), 0));
+	CHECK(seg_ino(path, 0) == s2 && seg_ino(path, 1) == s1, "new segments are not the spares");
+	CHECK(spares(path) == 1, "spares left: %u", spares(path));
+	CHECK_OK(em_io_pread(&r, &f, rd, (uint32_t)(8 * MIB), 0));
+	check_bytes(rd, 0, 8 * MIB, "segments from spares");
+	em_file_close(&f);
+	ino_t s0 = whole_spare(path, 0);
+	CHECK(s0 && spares(path) == 1, "close kept %u spares", spares(path));
+	/* leftovers that are not whole spares, and one of another name */
+	char name[4300];
+	snprintf(name, sizeof(name), "%s.spare.%06u", path, 7);
+	make_file(name, 4096, 1);
+	snprintf(name, sizeof(name), "%s.spare.%06u", path, 8);
+	make_file(name, seg, 0);
+	snprintf(name, sizeof(name), "%s.spare.9", path);
+	make_file(name, seg, 1);
+	CHECK_OK(em_file_open_segmented(&f, path, EM_FILE_CREATE | EM_FILE_KEEP_SPARES, SEG_BITS));
+	CHECK(em_file_spares(&f) == 1 && whole_spare(path, 0) == s0, "the kept spare was not taken up");
+	struct stat st;
+	CHECK(spares(path) == 1 && stat(name, &st) != 0, "leftovers survived a keeping open");
+	em_file_set_recycle(&f, 3);
+	CHECK_OK(em_file_prewrite_spares(&f, 2));
+	CHECK(em_file_spares(&f) == 2 && whole_spare(path, 0) == s0 && whole_spare(path, 1),
+	      "a second spare after spare 0 (%u)", spares(path));
+	CHECK_OK(em_io_pread(&r, &f, rd, (uint32_t)(8 * MIB), 0));
+	check_bytes(rd, 0, 8 * MIB, "segments after the reopen");
+	em_file_set_recycle(&f, 1); /* trims */
+	CHECK(em_file_spares(&f) == 1 && spares(path) == 1, "trimmed to %u", spares(path));
+	em_file_close(&f);
+	/* an open that does not keep them removes them */
+	CHECK_OK(em_file_open_segmented(&f, path, EM_FILE_CREATE, SEG_BITS));
+	CHECK(spares(path) == 0 && em_file_spares(&f) == 0, "spares after a plain open: %u", spares(path));
+	em_file_close(&f);
+	/* as does em_file_remove_segments, with the segments */
+	CHECK_OK(em_file_open_segmented(&f, path, EM_FILE_CREATE | EM_FILE_KEEP_SPARES, SEG_BITS));
+	em_file_set_recycle(&f, 2);
+	CHECK_OK(em_file_prewrite_spares(&f, 2));
+	em_file_close(&f);
+	CHECK(spares(path) == 2, "kept: %u", spares(path));
+	CHECK_OK(em_file_remove_segments(path));
+	CHECK(spares(path) == 0 && !seg_exists(path, 0) && !seg_exists(path, 1),
+	      "em_file_remove_segments left files");
+	/* read-only: nothing kept or written, leftovers untouched */
+	snprintf(name, sizeof(name), "%s.spare.%06u", path, 3);
+	make_file(name, seg, 1);
+	CHECK_OK(em_file_open_segmented(&f, path, EM_FILE_READONLY | EM_FILE_KEEP_SPARES, SEG_BITS));
+	em_file_set_recycle(&f, 2);
+	CHECK_RC(em_file_prewrite_spares(&f, 2), -EINVAL);
+	CHECK(em_file_spares(&f) == 0 && spares(path) == 1, "a read-only open changed the spares");
+	em_file_close(&f);
+	CHECK_OK(em_file_remove_segments(path));
+	em_free(w, 8 * MIB);
+	em_free(rd, 8 * MIB);
+	em_ring_exit(&r);
+}
+
 int main(int argc, char **argv)
 {
 	tu_init("test_segfile", argc, argv);
@@ -417,6 +535,7 @@ int main(int argc, char **argv)
 	split_requests(path);
 	threads(path);
 	recycling(path);
+	kept_spares(path);
 	tu_tmpdir_remove(dir);
 	printf("ok\n");
 	return 0;

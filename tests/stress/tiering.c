@@ -18,11 +18,19 @@
  *   bounded     an update-only load of many times the disk budgets: the hot and cold
  *               logs never exceed their budgets (plus one pass of slack), and the
  *               files' allocated blocks stay bounded too (space is released).
+ *   recycle     4 threads put and read back versioned values of 1-16 KiB (every
+ *               byte checked, never older than already seen) while the hot log, in
+ *               32 MiB segment files with a 64 MiB budget and its spares written
+ *               ahead (EMBER_OPEN_PREWRITE_LOG), turns over several times: its
+ *               released segments' files come back as new segments (file.c
+ *               invariants 5 and 6) under readers that may still read through the
+ *               old descriptors (lookup.c note 2).
  *
  * Extra arguments: "rc" turns the read cache on; "seg" keeps the logs in segment
  * files of 32 MiB (ember_options.log_segment_bytes): released space goes back by
  * removing segment files (bounded checks that at most 3 remain per log).
  */
+#include <dirent.h>
 #include <ember.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -367,6 +375,158 @@ static void concurrent_run(void)
 	tu_tmpdir_remove(dir);
 }
 
+/* ---- recycle ------------------------------------------------------------------------ */
+
+#define RC_KEYS 512
+#define RC_VAL_MAX (16u << 10)
+static _Atomic uint64_t rc_written; /* bytes put, all threads */
+static uint64_t rc_target;
+
+/* Byte i of key k's value of sequence seq (after its owned_val header). */
+static uint8_t rc_byte(uint64_t k, uint64_t seq, size_t i)
+{
+	return (uint8_t)(k * 131 + seq * 29 + i * 7 + (i >> 8));
+}
+
+static void *rc_worker(void *arg)
+{
+	uint64_t id = (uint64_t)(uintptr_t)arg;
+	tu_rng rng;
+	tu_rng_stream(&rng, 100 + id);
+	ember_session *s;
+	CHECK_OK(ember_session_open(cdb, &s));
+	uint64_t *seen = calloc(RC_KEYS, 8), *mine = calloc(RC_KEYS, 8);
+	uint8_t *buf = malloc(RC_VAL_MAX);
+	CHECK(seen && mine && buf, "memory");
+	/* relaxed: a running total, read only to stop */
+	while (atomic_load_explicit(&rc_written, memory_order_relaxed) < rc_target) {
+		char key[24];
+		if (tu_rng_below(&rng, 2) == 0) {
+			uint64_t k = tu_rng_below(&rng, RC_KEYS / THREADS) * THREADS + id;
+			struct owned_val ov = {id, k, ++mine[k], 0};
+			ov.check = ov.owner * 31 + ov.key * 17 + ov.seq;
+			size_t n = tu_rng_range(&rng, sizeof(ov) + 1024, RC_VAL_MAX);
+			memcpy(buf, &ov, sizeof(ov));
+			for (size_t i = sizeof(ov); i < n; i++)
+				buf[i] = rc_byte(k, ov.seq, i);
+			snprintf(key, sizeof(key), "rc%llu", (unsigned long long)k);
+			CHECK_OK(ember_put(s, key, strlen(key), buf, n));
+			/* relaxed: a running total (above) */
+			atomic_fetch_add_explicit(&rc_written, n, memory_order_relaxed);
+		} else {
+			uint64_t k = tu_rng_below(&rng, RC_KEYS);
+			snprintf(key, sizeof(key), "rc%llu", (unsigned long long)k);
+			size_t vl = 0;
+			int rc = ember_get(s, key, strlen(key), buf, RC_VAL_MAX, &vl);
+			CHECK(rc == 0 || rc == EMBER_ENOTFOUND, "get rc%llu: %d (%s)", (unsigned long long)k,
+			      rc, ember_strerror(rc));
+			if (rc != 0)
+				continue;
+			struct owned_val ov;
+			CHECK(vl > sizeof(ov), "short value");
+			memcpy(&ov, buf, sizeof(ov));
+			CHECK(ov.key == k && ov.owner == k % THREADS &&
+				      ov.check == ov.owner * 31 + ov.key * 17 + ov.seq,
+			      "torn or foreign value for rc%llu", (unsigned long long)k);
+			CHECK(ov.seq >= seen[k], "rc%llu went back: seq %llu < %llu", (unsigned long long)k,
+			      (unsigned long long)ov.seq, (unsigned long long)seen[k]);
+			seen[k] = ov.seq;
+			for (size_t i = sizeof(ov); i < vl; i++)
+				CHECK(buf[i] == rc_byte(k, ov.seq, i), "rc%llu seq %llu: byte %zu of %zu wrong",
+				      (unsigned long long)k, (unsigned long long)ov.seq, i, vl);
+		}
+	}
+	free(seen);
+	free(mine);
+	free(buf);
+	CHECK_OK(ember_session_close(s));
+	return NULL;
+}
+
+/* Segment files of the hot log in dir: how many, and the highest number. */
+static unsigned hot_files(const char *dir, const char *prefix, uint64_t *highest)
+{
+	DIR *d = opendir(dir);
+	CHECK(d != NULL, "opendir");
+	unsigned n = 0;
+	size_t pl = strlen(prefix);
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		if (strncmp(e->d_name, prefix, pl) != 0 || e->d_name[pl] < '0' || e->d_name[pl] > '9')
+			continue;
+		n++;
+		uint64_t v = strtoull(e->d_name + pl, NULL, 10);
+		if (highest && v > *highest)
+			*highest = v;
+	}
+	closedir(d);
+	return n;
+}
+
+static void recycle_run(void)
+{
+	char dir[512];
+	CHECK(tu_tmpdir_make("tier-recycle", dir, sizeof(dir)) == 0, "tmpdir");
+	ember_options o;
+	tiny_options(&o);
+	o.log_segment_bytes = 32 << 20;
+	o.hot_disk_budget = 64 << 20; /* 2 spares */
+	o.cold_disk_budget = 32 << 20; /* the live set is about 4 MiB */
+	o.flags |= EMBER_OPEN_PREWRITE_LOG;
+	/* the log must turn over whatever the scale: 4 budgets' worth */
+	rc_target = 4 * o.hot_disk_budget;
+	CHECK_OK(ember_open(dir, &o, &cdb));
+	CHECK(hot_files(dir, "hot.log.spare.", NULL) == 2, "spares written ahead");
+	pthread_t th[THREADS];
+	for (int i = 0; i < THREADS; i++)
+		pthread_create(&th[i], NULL, rc_worker, (void *)(uintptr_t)i);
+	for (int i = 0; i < THREADS; i++)
+		pthread_join(th[i], NULL);
+	ember_stats st;
+	CHECK_OK(ember_stats_get(cdb, &st));
+	uint64_t highest = 0;
+	unsigned segs = hot_files(dir, "hot.log.", &highest);
+	unsigned spares = hot_files(dir, "hot.log.spare.", NULL);
+	printf("wrote %llu MiB; hot passes %llu; hot segments %u (highest %llu), spares %u\n",
+	       (unsigned long long)(atomic_load(&rc_written) >> 20), (unsigned long long)st.hot.compactions,
+	       segs, (unsigned long long)highest, spares);
+	CHECK(st.hot.compactions > 0 && highest >= 6, "the hot log did not turn over");
+	/* the files reused: never more than the budget's segments, spares and the
+	 * two partial ends */
+	CHECK(segs + spares <= 2 + 2 + 2, "%u segment files and %u spares", segs, spares);
+	CHECK_OK(ember_close(cdb));
+	/* every key's newest value, after a reopen */
+	o.flags = 0;
+	CHECK_OK(ember_open(dir, &o, &cdb));
+	CHECK(hot_files(dir, "hot.log.spare.", NULL) == 0, "spares after an open without the flag");
+	ember_session *s;
+	CHECK_OK(ember_session_open(cdb, &s));
+	uint8_t *buf = malloc(RC_VAL_MAX);
+	unsigned found = 0;
+	for (uint64_t k = 0; k < RC_KEYS; k++) {
+		char key[24];
+		snprintf(key, sizeof(key), "rc%llu", (unsigned long long)k);
+		size_t vl = 0;
+		int rc = ember_get(s, key, strlen(key), buf, RC_VAL_MAX, &vl);
+		CHECK(rc == 0 || rc == EMBER_ENOTFOUND, "get after reopen: %d", rc);
+		if (rc != 0)
+			continue;
+		struct owned_val ov;
+		memcpy(&ov, buf, sizeof(ov));
+		CHECK(ov.key == k && ov.check == ov.owner * 31 + ov.key * 17 + ov.seq, "rc%llu after reopen",
+		      (unsigned long long)k);
+		for (size_t i = sizeof(ov); i < vl; i++)
+			CHECK(buf[i] == rc_byte(k, ov.seq, i), "rc%llu after reopen: byte %zu",
+			      (unsigned long long)k, i);
+		found++;
+	}
+	CHECK(found > RC_KEYS / 2, "only %u keys found", found);
+	free(buf);
+	CHECK_OK(ember_session_close(s));
+	CHECK_OK(ember_close(cdb));
+	tu_tmpdir_remove(dir);
+}
+
 /* ---- bounded ------------------------------------------------------------------------ */
 
 /* Bytes allocated to a log: its file, or its segment files "<name>.<n>". */
@@ -530,6 +690,8 @@ int main(int argc, char **argv)
 		bounded_run();
 	else if (!strcmp(mode, "enospc"))
 		enospc_run();
+	else if (!strcmp(mode, "recycle"))
+		recycle_run();
 	else
 		CHECK(0, "unknown mode %s", mode);
 	printf("tiering %s%s%s: OK\n", mode, with_read_cache ? " (read cache)" : "",

@@ -561,7 +561,6 @@ int ember_open(const char *dir, const ember_options *opts, ember_db **out)
 	rc = layout_resolve(&db->opts, recover ? &geo : NULL, &lay);
 	if (rc < 0)
 		goto undo_ckpt;
-
 	db->ep = em_alloc_aligned(64, sizeof(struct epoch));
 	if (!db->ep) {
 		rc = EMBER_ENOMEM;

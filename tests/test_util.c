@@ -176,6 +176,17 @@ int tu_tmpdir_remove(const char *path)
 	return 0;
 }
 
+unsigned long tu_whole_file(const char *name, uint64_t size)
+{
+	struct stat st;
+	if (stat(name, &st) != 0)
+		return 0;
+	CHECK((uint64_t)st.st_size == size && (uint64_t)st.st_blocks * 512 >= size,
+	      "%s: %lld bytes in %lld blocks, want %llu bytes, all allocated", name,
+	      (long long)st.st_size, (long long)st.st_blocks, (unsigned long long)size);
+	return (unsigned long)st.st_ino;
+}
+
 int tu_path_join(char *out, size_t cap, const char *dir, const char *name)
 {
 	int n = snprintf(out, cap, "%s/%s", dir, name);

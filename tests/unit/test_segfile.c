@@ -418,14 +418,8 @@ static void recycling(const char *path)
 static ino_t whole_spare(const char *path, unsigned k)
 {
 	char name[4300];
-	struct stat st;
 	snprintf(name, sizeof(name), "%s.spare.%06u", path, k);
-	if (stat(name, &st) != 0)
-		return 0;
-	uint64_t seg = UINT64_C(1) << SEG_BITS;
-	CHECK((uint64_t)st.st_size == seg && (uint64_t)st.st_blocks * 512 >= seg,
-	      "spare %u: %lld bytes, %lld blocks", k, (long long)st.st_size, (long long)st.st_blocks);
-	return st.st_ino;
+	return (ino_t)tu_whole_file(name, UINT64_C(1) << SEG_BITS);
 }
 
 static void make_file(const char *name, uint64_t size, int write)

@@ -21,6 +21,10 @@
  *     later segment, so a read through a retired descriptor may see that
  *     segment's newer bytes: its caller must check, after the read, that the
  *     address is still live (the store's lookups do: lookup.c, note 2).
+ *  4. A request that crosses a segment end is split in two (it may span at most two
+ *     segments: -EINVAL otherwise). It holds one entry of r->splits, and counts once
+ *     in r->inflight, from its queueing until its second part completes; each part's
+ *     user_data is SPLIT_BIT | entry << 16 | part.
  *  5. Recycling (em_file_set_recycle): a segment removed whole is renamed
  *     "<path>.spare.<k>" (at most spare_max of them; more are unlinked) instead of
  *     unlinked, and the next
@@ -42,10 +46,6 @@
  *     it) and unlinks every other "<path>.spare.*" (wrong size, holes: a crash
  *     while one was written); close leaves them. Recycling trims them to its
  *     limit.
- *  4. A request that crosses a segment end is split in two (it may span at most two
- *     segments: -EINVAL otherwise). It holds one entry of r->splits, and counts once
- *     in r->inflight, from its queueing until its second part completes; each part's
- *     user_data is SPLIT_BIT | entry << 16 | part.
  */
 #include "io/file.h"
 

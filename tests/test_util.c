@@ -176,6 +176,12 @@ int tu_tmpdir_remove(const char *path)
 	return 0;
 }
 
+unsigned long tu_file_ino(const char *name)
+{
+	struct stat st;
+	return stat(name, &st) == 0 ? (unsigned long)st.st_ino : 0;
+}
+
 unsigned long tu_whole_file(const char *name, uint64_t size)
 {
 	struct stat st;

@@ -141,6 +141,9 @@ int tu_tmpdir_remove(const char *path);
 /* out = dir + "/" + name. Returns 0, or -ENAMETOOLONG if it does not fit in cap. */
 int tu_path_join(char *out, size_t cap, const char *dir, const char *name);
 
+/* The inode of the file name, or 0 if it does not exist. */
+unsigned long tu_file_ino(const char *name);
+
 /* The inode of the file name, which must then be exactly size bytes with every block
  * allocated (a CHECK), or 0 if it does not exist. */
 unsigned long tu_whole_file(const char *name, uint64_t size);

@@ -333,47 +333,7 @@ uint32_t em_file_spares(struct em_file *f)
 	return n;
 }
 
-#define PREWRITE_CHUNK (UINT32_C(4) << 20) /* bytes per write of zeros */
-#define PREWRITE_DEPTH 4u                  /* writes in flight */
-
-struct prewrite {
-	uint32_t done;
-	int err;
-};
-
-static void prewrite_cb(void *ctx, uint64_t ud, int res)
-{
-	(void)ud;
-	struct prewrite *pw = ctx;
-	pw->done++;
-	if (res != (int)PREWRITE_CHUNK && !pw->err)
-		pw->err = res < 0 ? res : -EIO;
-}
-
-/* Write the file fd's first seg bytes with zeros (from zero, PREWRITE_CHUNK
- * bytes), PREWRITE_DEPTH writes in flight. 0 or -errno. */
-static int prewrite_file(struct em_ring *r, int fd, int direct, const void *zero, uint64_t seg)
-{
-	struct em_file one = {fd, direct, 0, NULL};
-	struct prewrite pw = {0, 0};
-	uint32_t n = (uint32_t)(seg / PREWRITE_CHUNK), queued = 0;
-	int rc = 0;
-	while (pw.done < queued || (queued < n && !pw.err && rc == 0)) {
-		while (queued < n && queued - pw.done < PREWRITE_DEPTH && !pw.err && rc == 0) {
-			rc = em_ring_write(r, &one, zero, PREWRITE_CHUNK, (uint64_t)queued * PREWRITE_CHUNK,
-					   queued);
-			queued += rc == 0;
-		}
-		/* a failed submit or reap leaves requests that cannot be waited for: the
-		 * caller tears the ring down before it frees the zeros */
-		int sr = em_ring_submit(r);
-		if (sr < 0)
-			return sr;
-		if (pw.done < queued && (sr = em_ring_reap(r, 1, prewrite_cb, &pw)) < 0)
-			return sr;
-	}
-	return rc < 0 ? rc : pw.err;
-}
+#define PREWRITE_CHUNK (UINT32_C(8) << 20) /* bytes of zeros per write */
 
 int em_file_prewrite_spares(struct em_file *f, uint32_t n)
 {
@@ -386,15 +346,16 @@ int em_file_prewrite_spares(struct em_file *f, uint32_t n)
 	if (g->nspare >= n)
 		return 0;
 	struct em_ring r;
-	int rc = em_ring_init(&r, PREWRITE_DEPTH);
+	int rc = em_ring_init(&r, 1);
 	if (rc < 0)
 		return rc;
-	void *zero = em_alloc_io(PREWRITE_CHUNK);
+	uint32_t chunk = seg < PREWRITE_CHUNK ? (uint32_t)seg : PREWRITE_CHUNK;
+	void *zero = em_alloc_io(chunk);
 	if (!zero) {
 		rc = -ENOMEM;
 		goto out;
 	}
-	memset(zero, 0, PREWRITE_CHUNK);
+	memset(zero, 0, chunk);
 	pthread_mutex_lock(&g->mu); /* no other user yet: held for the spare list */
 	while (g->nspare < n && rc == 0) {
 		char *sp = spare_name(g, g->spare_seq);
@@ -411,7 +372,9 @@ int em_file_prewrite_spares(struct em_file *f, uint32_t n)
 		if (fd < 0) {
 			rc = -errno;
 		} else {
-			rc = prewrite_file(&r, fd, direct, zero, seg);
+			struct em_file one = {fd, direct, 0, NULL};
+			for (uint64_t off = 0; off < seg && rc == 0; off += chunk)
+				rc = em_io_pwrite(&r, &one, zero, chunk, off);
 			close(fd);
 			if (rc < 0)
 				(void)unlink(sp); /* half written: not a spare */
@@ -425,7 +388,7 @@ int em_file_prewrite_spares(struct em_file *f, uint32_t n)
 	pthread_mutex_unlock(&g->mu);
 out:
 	em_ring_exit(&r);
-	em_free(zero, PREWRITE_CHUNK); /* after the ring: no write of it is left */
+	em_free(zero, chunk); /* after the ring: no write of it is left */
 	return rc;
 }
 

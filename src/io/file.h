@@ -72,7 +72,7 @@ void em_file_set_recycle(struct em_file *f, uint32_t max_spares);
 /* Segmented, recycling: write spare files full of zeros until there are n spares
  * (at most the recycling limit), so that the next n segments created overwrite
  * blocks written before (file.c invariant 6). Synchronous: n segments' bytes of
- * writes, several in flight. Call before any I/O. 0 or -errno (a spare being
+ * writes, up to 8 MiB each. Call before any I/O. 0 or -errno (a spare being
  * written when it fails is removed; the spares written before it are kept). */
 int em_file_prewrite_spares(struct em_file *f, uint32_t n);
 /* Segmented: spare files held now (0 for one file). */

@@ -271,9 +271,8 @@ static void test_damaged_live_value(const char *dir)
 static ino_t seg_ino(const char *dir, unsigned n)
 {
 	char p[600];
-	struct stat st;
 	snprintf(p, sizeof(p), "%s/hot.log.%06u", dir, n);
-	return stat(p, &st) == 0 ? st.st_ino : 0;
+	return (ino_t)tu_file_ino(p);
 }
 
 /* Segment files: the pass removes the first segment whole, and the segment the

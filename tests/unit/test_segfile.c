@@ -326,9 +326,8 @@ static void threads(const char *path)
 static ino_t seg_ino(const char *path, unsigned n)
 {
 	char name[4300];
-	struct stat st;
 	snprintf(name, sizeof(name), "%s.%06u", path, n);
-	return stat(name, &st) == 0 ? st.st_ino : 0;
+	return (ino_t)tu_file_ino(name);
 }
 
 static unsigned spares(const char *path)

@@ -6,8 +6,10 @@
 
 #include <ember.h>
 #include <errno.h>
+#include <poll.h>
 #include <sched.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -29,6 +31,10 @@ void hlog_kick(struct hlog *l)
 	l->kicked = 1;
 	pthread_cond_signal(&l->cv);
 	pthread_mutex_unlock(&l->mu);
+	/* seq_cst, with the worker's store of ring_waiting before it reads kicked
+	 * under mu: either it sees kicked, or this sees it waiting and wakes it */
+	if (l->kick_fd >= 0 && atomic_load(&l->ring_waiting))
+		(void)eventfd_write(l->kick_fd, 1);
 }
 
 uint64_t hlog_alloc_slow(struct hlog *l, uint64_t size)
@@ -144,15 +150,58 @@ static int checksum_records(struct hlog *l, uint64_t upto)
 	return 0;
 }
 
+/* Is some write queued before entry i, and not done, over [start, end)? */
+static int overlaps_earlier(const struct hlog *l, uint32_t i, uint64_t start, uint64_t end)
+{
+	for (uint32_t j = 0; j < i; j++) {
+		const struct hlog_write *w = &l->writes[(l->writes_head + j) % HLOG_MAX_FLUSH_WRITES];
+		if (!w->done && w->start < end && start < w->end)
+			return 1;
+	}
+	return 0;
+}
+
+static void *ring_at(struct hlog *l, uint64_t a)
+{
+	return l->base + (l->mem_mask ? (a & l->mem_mask) : (a % l->mem_size));
+}
+
+/* Issue every held write that no earlier write overlaps any more (in queue order).
+ * Returns how many were issued. */
+static int issue_held(struct hlog *l)
+{
+	int issued = 0;
+	for (uint32_t i = 0; i < l->writes_count; i++) {
+		uint32_t idx = (l->writes_head + i) % HLOG_MAX_FLUSH_WRITES;
+		struct hlog_write *w = &l->writes[idx];
+		if (w->issued || overlaps_earlier(l, i, w->start, w->end))
+			continue;
+		int wrc = em_ring_write(&l->ring, l->file, ring_at(l, w->start),
+					(uint32_t)(w->end - w->start), w->start, idx);
+		if (wrc < 0) {
+			if (wrc != -EBUSY) /* -EBUSY: the ring is full, next time */
+				atomic_store_explicit(&l->error, wrc, memory_order_relaxed); /* sticky */
+			break;
+		}
+		w->issued = 1;
+		issued++;
+	}
+	return issued;
+}
+
 /*
  * Flush what safe_ro now covers. Records may span pages, so the record that
  * straddles safe_ro is written whole: the write runs to the 4 KiB block after the
  * checksum cursor (the end of the last record that starts below safe_ro). Bytes
  * past the cursor in that last block may belong to mutable records and be stale
  * on disk; the next flush starts at the block holding the cursor and rewrites
- * them (never while the earlier write of that block is in flight: two writes of
- * one block may complete in either order). Only the last write of a flush has a
- * safe_end (what flushed may advance to): the cursor, a record boundary. Earlier
+ * them. Two writes of one block may complete in either order, so while an earlier
+ * write of that first block is in flight, the block is queued as a held write of
+ * its own (issue_held sends it once the earlier one is done) and the rest of the
+ * flush goes at once: flushes follow one another without waiting for the one
+ * before to land. Only the last write queued for a flush has a safe_end (what
+ * flushed may advance to): the cursor, a record boundary; writes retire in queue
+ * order, so flushed reaches it only when the held block is on disk too. Earlier
  * chunks end wherever 4 MiB falls, often inside a record, so they leave flushed
  * alone; every record below flushed is whole and final on disk (invariant 4, for
  * records that straddle head too).
@@ -171,13 +220,6 @@ static void worker_flush(struct hlog *l)
 	}
 	if (l->writes_count > HLOG_MAX_FLUSH_WRITES / 2)
 		return; /* let writes complete first: one flush is issued whole */
-	if (l->writes_count > 0) {
-		uint32_t last = (l->writes_head + l->writes_count - 1) % HLOG_MAX_FLUSH_WRITES;
-		/* two writes of one block in flight may land in either order: the block
-		 * rewritten below must not still be on its way with older contents */
-		if (l->writes[last].end > l->flush_from)
-			return;
-	}
 	int rc = checksum_records(l, sro);
 	if (rc < 0) {
 		atomic_store_explicit(&l->error, rc, memory_order_relaxed); /* sticky flag */
@@ -186,6 +228,18 @@ static void worker_flush(struct hlog *l)
 	uint64_t cursor = l->csum_cursor;
 	uint64_t target = em_align_up(cursor, EM_IO_ALIGN);
 	uint64_t start = l->flush_from;
+	if (start < target &&
+	    overlaps_earlier(l, l->writes_count, start, start + EM_IO_ALIGN)) {
+		/* the first block is still on its way with older contents: hold its
+		 * write (laps are whole blocks, so it lies in one lap) */
+		uint64_t end = target < start + EM_IO_ALIGN ? target : start + EM_IO_ALIGN;
+		uint32_t idx = (l->writes_head + l->writes_count) % HLOG_MAX_FLUSH_WRITES;
+		l->writes[idx] = (struct hlog_write){start, end, end >= target ? cursor : 0, 0, 0};
+		l->writes_count++;
+		/* relaxed: a statistic */
+		atomic_fetch_add_explicit(&l->held_writes, 1, memory_order_relaxed);
+		start = end;
+	}
 	while (start < target && l->writes_count < HLOG_MAX_FLUSH_WRITES) {
 		uint64_t end = target - start > FLUSH_CHUNK ? start + FLUSH_CHUNK : target;
 		uint64_t lap_end = start - (l->mem_mask ? (start & l->mem_mask) : (start % l->mem_size)) +
@@ -194,9 +248,16 @@ static void worker_flush(struct hlog *l)
 			end = lap_end; /* the ring is contiguous only up to the end of a lap */
 		uint32_t idx = (l->writes_head + l->writes_count) % HLOG_MAX_FLUSH_WRITES;
 		/* only the last write of a flush ends on a record boundary (the cursor) */
-		l->writes[idx] = (struct hlog_write){start, end, end >= target ? cursor : 0, 0};
-		void *src = l->base + (l->mem_mask ? (start & l->mem_mask) : (start % l->mem_size));
-		int wrc = em_ring_write(&l->ring, l->file, src, (uint32_t)(end - start), start, idx);
+		l->writes[idx] = (struct hlog_write){start, end, end >= target ? cursor : 0, 1, 0};
+		if (overlaps_earlier(l, l->writes_count, start, end)) {
+			/* cannot happen (the first block was held above, and earlier
+			 * flushes end within it): stop the log rather than let a block
+			 * land with older contents; the tests fail on it */
+			atomic_store_explicit(&l->error, EMBER_ECORRUPT, memory_order_relaxed); /* sticky */
+			break;
+		}
+		int wrc = em_ring_write(&l->ring, l->file, ring_at(l, start), (uint32_t)(end - start),
+					start, idx);
 		if (wrc < 0) {
 			/* -EBUSY: the ring is full, go on next time; anything else (a log
 			 * segment that cannot be created) stops the log: sticky flag */
@@ -240,6 +301,10 @@ static void worker_step(struct hlog *l)
 	if (want_ro > hlog_load(&l->read_only))
 		bump(l, &l->read_only, want_ro, set_safe_ro);
 
+	/* relaxed: a sticky flag */
+	if (l->file && !atomic_load_explicit(&l->error, memory_order_relaxed) && issue_held(l) > 0 &&
+	    em_ring_submit(&l->ring) < 0)
+		atomic_store_explicit(&l->error, EMBER_EIO, memory_order_relaxed); /* sticky */
 	worker_flush(l);
 
 	/* each bound is loaded once: safe_read_only moves under us (set_safe_ro runs
@@ -271,6 +336,42 @@ static int bumps_pending(struct hlog *l)
 	return 0;
 }
 
+/*
+ * Writes are in flight: reap what completed, or sleep until a completion or a kick
+ * arrives. A boundary move waiting for its epoch action (a record just turned
+ * immutable, whose flush waits for safe_ro) is drained here too, and the sleep is
+ * then 50 us: the threads that must leave their epoch first do not signal it, and
+ * the flush should not wait for the writes in flight to land. Otherwise at most
+ * 20 ms (without eventfds, 500 us in the ring).
+ */
+static void ring_wait(struct hlog *l)
+{
+	int pending = bumps_pending(l);
+	if (pending && epoch_drain(l->ep) > 0)
+		return; /* a boundary moved: flush what it covers */
+	if (l->cq_fd < 0) {
+		em_ring_reap_timeout(&l->ring, pending ? 50 : 500, flush_done, l);
+		return;
+	}
+	eventfd_t v;
+	(void)eventfd_read(l->cq_fd, &v); /* reset first: a completion after it wakes poll */
+	if (em_ring_reap(&l->ring, 0, flush_done, l) != 0)
+		return;
+	atomic_store(&l->ring_waiting, 1); /* seq_cst: see hlog_kick */
+	pthread_mutex_lock(&l->mu);
+	int kicked = l->kicked || l->stop;
+	pthread_mutex_unlock(&l->mu);
+	if (!kicked) {
+		struct pollfd p[2] = {{.fd = l->cq_fd, .events = POLLIN},
+				      {.fd = l->kick_fd, .events = POLLIN}};
+		struct timespec ts = {0, pending ? 50000 : 20000000};
+		(void)ppoll(p, 2, &ts, NULL);
+	}
+	atomic_store(&l->ring_waiting, 0); /* seq_cst: see hlog_kick */
+	(void)eventfd_read(l->kick_fd, &v);
+	em_ring_reap(&l->ring, 0, flush_done, l);
+}
+
 static void *hlog_worker(void *arg)
 {
 	struct hlog *l = arg;
@@ -287,7 +388,7 @@ static void *hlog_worker(void *arg)
 			 * by themselves: submit them again (the error stays sticky) */
 			if (io_uring_sq_ready(&l->ring.ring) > 0)
 				em_ring_submit(&l->ring);
-			em_ring_reap_timeout(&l->ring, 500, flush_done, l);
+			ring_wait(l);
 			continue;
 		}
 		if (bumps_pending(l)) {
@@ -397,11 +498,22 @@ static int map_ring(struct hlog *l)
 	return 0;
 }
 
+static void close_eventfds(struct hlog *l)
+{
+	if (l->cq_fd >= 0)
+		close(l->cq_fd);
+	if (l->kick_fd >= 0)
+		close(l->kick_fd);
+	l->cq_fd = l->kick_fd = -1;
+}
+
 int hlog_init(struct hlog *l, const struct hlog_config *cfg, struct em_file *file,
 	      struct epoch *ep)
 {
 	int rc;
 	memset(l, 0, sizeof(*l));
+	l->cq_fd = l->kick_fd = -1; /* before anything could kick */
+	atomic_init(&l->ring_waiting, 0);
 	l->page_size = cfg->page_size;
 	l->page_bits = (unsigned)__builtin_ctzll(cfg->page_size);
 	l->mem_size = em_page_floor(cfg->mem_size, l->page_bits);
@@ -440,6 +552,14 @@ int hlog_init(struct hlog *l, const struct hlog_config *cfg, struct em_file *fil
 	rc = em_ring_init(&l->ring, HLOG_MAX_FLUSH_WRITES);
 	if (rc < 0)
 		goto undo_map;
+	if (file) {
+		/* without them the worker polls its ring instead (see hlog.h) */
+		l->cq_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		l->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		if (l->cq_fd < 0 || l->kick_fd < 0 ||
+		    io_uring_register_eventfd(&l->ring.ring, l->cq_fd) < 0)
+			close_eventfds(l);
+	}
 	pthread_mutex_init(&l->mu, NULL);
 	pthread_cond_init(&l->cv, NULL);
 	rc = -pthread_create(&l->thread, NULL, hlog_worker, l);
@@ -452,6 +572,7 @@ undo_ring:
 	pthread_cond_destroy(&l->cv);
 	pthread_mutex_destroy(&l->mu);
 	em_ring_exit(&l->ring);
+	close_eventfds(l);
 undo_map:
 	munmap(l->map, l->map_bytes);
 	l->map = l->base = NULL;
@@ -465,6 +586,8 @@ void hlog_destroy(struct hlog *l)
 		l->stop = 1;
 		pthread_cond_signal(&l->cv);
 		pthread_mutex_unlock(&l->mu);
+		if (l->kick_fd >= 0)
+			(void)eventfd_write(l->kick_fd, 1); /* out of ring_wait's poll */
 		pthread_join(l->thread, NULL);
 		l->thread_started = 0;
 		/* actions that still point into this log must run before it goes */
@@ -472,6 +595,7 @@ void hlog_destroy(struct hlog *l)
 		pthread_cond_destroy(&l->cv);
 		pthread_mutex_destroy(&l->mu);
 		em_ring_exit(&l->ring);
+		close_eventfds(l);
 	}
 	if (l->map)
 		munmap(l->map, l->map_bytes);

@@ -49,7 +49,9 @@
  *                   checkpoint's fold point (hlog_fold sets fold_request)
  *   safe_ro moves   set_safe_ro, the epoch action of that move
  *   flush issued    worker_flush: checksums records, writes up to the end of the
- *                   record that straddles safe_ro
+ *                   record that straddles safe_ro (a block an earlier write still
+ *                   covers is held, and issued by issue_held once that write is
+ *                   done, so two writes of one block are never in flight at once)
  *   flushed moves   flush_done, in address order as writes complete
  *   head moves      worker_step, up to flushed, as far as room is needed
  *   safe_head moves set_safe_head, the epoch action of that move
@@ -83,6 +85,7 @@ struct hlog_bump {
 struct hlog_write {
 	uint64_t start, end;
 	uint64_t safe_end; /* flushed may advance to here when this write is done */
+	int issued;        /* 0: a held block, issued once no earlier write overlaps it */
 	int done;
 };
 
@@ -116,6 +119,7 @@ struct hlog {
 	_Atomic uint64_t fold_request; /* read_only must reach this (a checkpoint's fold point) */
 	_Atomic int error; /* first I/O error of the worker, sticky */
 	_Atomic uint64_t bytes_flushed;
+	_Atomic uint64_t held_writes; /* writes of a block held behind an earlier one (a statistic) */
 
 	/* worker state */
 	uint64_t flush_issued; /* safe_ro value whose flush was issued */
@@ -130,6 +134,14 @@ struct hlog {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	int kicked, stop, thread_started;
+	/* While writes are in flight the worker sleeps in poll(2) on two eventfds:
+	 * cq_fd, which the ring signals with each completion, and kick_fd, which
+	 * hlog_kick writes when ring_waiting is set, so a kick (a record turned
+	 * immutable, an allocator waiting for room) is seen at once, not at the next
+	 * completion. -1 where eventfds could not be had: the worker then wakes from
+	 * the ring every 500 us instead. */
+	int cq_fd, kick_fd;
+	_Atomic int ring_waiting;
 };
 
 struct hlog_config {

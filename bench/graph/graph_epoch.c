@@ -29,9 +29,10 @@
  *      a buffer holding every in-buffer bucket (sampled nodes per second).
  * --prefetch N sets the extra slots (states read ahead); 0 for none. --store-mib
  * and --store-mutable set the store's log memory (default 16 MiB) and its mutable
- * fraction (default 0.0625: one 1 MiB page of the 16 MiB, so that each 4 MiB
- * write-back turns immutable, and is flushed, as soon as it is written; at 0.25 it
- * stayed mutable until the next one pushed it out); --store-segment-mib N keeps the store's logs as segment
+ * fraction (default 0.25: each 4 MiB write-back stays mutable, unflushed, until the
+ * next one is written; 0.0625, one page, flushes it at once, which measured faster
+ * with --store-prewrite and slower with one appended file, session 10);
+ * --store-segment-mib N keeps the store's logs as segment
  * files of N MiB (log_segment_bytes; default 0: one file per log). --epochs N runs
  * N epochs (a line each; the floor counts N times the ordering's bytes), and
  * --store-hot-mib N gives the store's hot log a disk budget of N MiB, so that
@@ -334,7 +335,7 @@ static void usage(void)
 	fprintf(stderr,
 		"usage: ember-graph-epoch [--dir DIR] [--scale 19] [--edge-factor 8] [--partitions 32]\n"
 		"         [--capacity 4] [--prefetch 2] [--chunk-kib 4096] [--dim 64] [--batch 10000] [--compute-ms 2] [--comet]\n"
-		"         [--sync-updates] [--store-mib 16] [--store-mutable 0.0625] [--store-segment-mib 0]\n"
+		"         [--sync-updates] [--store-mib 16] [--store-mutable 0.25] [--store-segment-mib 0]\n"
 		"         [--store-hot-mib 0] [--store-prewrite] [--epochs 1]\n"
 		"         [--seed 1] [--probe-mib 512] [--sample-seconds 2] [--json FILE]\n");
 	exit(2);
@@ -343,7 +344,7 @@ static void usage(void)
 int main(int argc, char **argv)
 {
 	struct cfg c = {.scale = 19, .edge_factor = 8, .partitions = 32, .capacity = 4, .dim = 64,
-			.batch = 10000, .prefetch = 2, .store_mib = 16, .store_mutable = 0.0625, .seed = 1, .compute_ms = 2.0, .probe_bytes = 512ull << 20,
+			.batch = 10000, .prefetch = 2, .store_mib = 16, .store_mutable = 0.25, .seed = 1, .compute_ms = 2.0, .probe_bytes = 512ull << 20,
 			.sample_seconds = 2.0, .epochs = 1};
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;

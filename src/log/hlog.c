@@ -161,11 +161,6 @@ static int overlaps_earlier(const struct hlog *l, uint32_t i, uint64_t start, ui
 	return 0;
 }
 
-static void *ring_at(struct hlog *l, uint64_t a)
-{
-	return l->base + (l->mem_mask ? (a & l->mem_mask) : (a % l->mem_size));
-}
-
 /* Issue every held write that no earlier write overlaps any more (in queue order).
  * Returns how many were issued. */
 static int issue_held(struct hlog *l)
@@ -176,7 +171,7 @@ static int issue_held(struct hlog *l)
 		struct hlog_write *w = &l->writes[idx];
 		if (w->issued || overlaps_earlier(l, i, w->start, w->end))
 			continue;
-		int wrc = em_ring_write(&l->ring, l->file, ring_at(l, w->start),
+		int wrc = em_ring_write(&l->ring, l->file, (void *)hlog_rec(l, w->start),
 					(uint32_t)(w->end - w->start), w->start, idx);
 		if (wrc < 0) {
 			if (wrc != -EBUSY) /* -EBUSY: the ring is full, next time */
@@ -256,7 +251,7 @@ static void worker_flush(struct hlog *l)
 			atomic_store_explicit(&l->error, EMBER_ECORRUPT, memory_order_relaxed); /* sticky */
 			break;
 		}
-		int wrc = em_ring_write(&l->ring, l->file, ring_at(l, start), (uint32_t)(end - start),
+		int wrc = em_ring_write(&l->ring, l->file, (void *)hlog_rec(l, start), (uint32_t)(end - start),
 					start, idx);
 		if (wrc < 0) {
 			/* -EBUSY: the ring is full, go on next time; anything else (a log

@@ -459,7 +459,8 @@ static int seg_fd(struct em_file *f, uint64_t n, int write)
 	int fd = open(name, oflags | O_DIRECT, 0644);
 	if (fd < 0 && errno == EINVAL) {
 		fd = open(name, oflags, 0644); /* the filesystem refuses O_DIRECT */
-		f->direct = 0;
+		/* relaxed: a flag alone, read by segs_punch/segs_fsync without mu */
+		atomic_store_explicit(&f->direct, 0, memory_order_relaxed);
 	}
 	rc = fd >= 0 ? fd : -errno;
 	em_free(name, 0);
@@ -951,7 +952,9 @@ static int segs_punch(struct em_ring *r, struct em_file *f, uint64_t off, uint64
 		} else if (!g->spare_max) { /* a recycled file keeps its blocks (invariant 5) */
 			int fd = seg_fd(f, n, 0);
 			if (fd >= 0) {
-				struct em_file one = {fd, f->direct, 0, NULL};
+				/* relaxed: the flag alone (seg_fd may clear it under mu) */
+				int d = atomic_load_explicit(&f->direct, memory_order_relaxed);
+				struct em_file one = {fd, d, 0, NULL};
 				rc = em_io_punch(r, &one, a - s0, b - a);
 			} else if (fd != -ENOENT) {
 				rc = fd;
@@ -988,7 +991,9 @@ static int segs_fsync(struct em_ring *r, struct em_file *f)
 		int v = cell ? atomic_load_explicit(cell, memory_order_relaxed) : 0;
 		if (v <= 0)
 			continue; /* removed, or never written */
-		struct em_file one = {v - 1, f->direct, 0, NULL};
+		/* relaxed: the flag alone; seg_fd clears it under mu, held here */
+		int d = atomic_load_explicit(&f->direct, memory_order_relaxed);
+		struct em_file one = {v - 1, d, 0, NULL};
 		rc = em_io_fsync(r, &one);
 	}
 	if (rc == 0 && g->dir_dirty) {

@@ -15,6 +15,7 @@
 #define EMBER_IO_FILE_H
 
 #include <liburing.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #define EM_IO_ALIGN 4096u
@@ -36,7 +37,10 @@ struct em_segs;
  */
 struct em_file {
 	int fd;            /* one file: its descriptor; segmented: -1 */
-	int direct;        /* opened with O_DIRECT */
+	/* opened with O_DIRECT. Segmented: 1 until a segment's open falls back to
+	 * buffered I/O (seg_fd, under segs->mu); atomic because one-segment views
+	 * read it without that lock. Informational: the I/O paths do not consult it. */
+	_Atomic int direct;
 	uint32_t seg_bits; /* 0: one file; else log2 of the segment size */
 	struct em_segs *segs;
 };

@@ -12,12 +12,14 @@
  * whole and allocated, taken by new segments, kept at close, taken up by the next
  * keeping open (a short, sparse or misnamed one removed), trimmed to the recycling
  * limit, removed by an open that does not keep them and by
- * em_file_remove_segments; bad uses refused.
+ * em_file_remove_segments; bad uses refused; and on tmpfs (no O_DIRECT) segments
+ * opened buffered while another thread punches.
  */
 #include <ember.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -323,6 +325,71 @@ static void threads(const char *path)
 	em_file_close(&f);
 }
 
+/* The buffered fallback's flag (em_file.direct) under threads: on tmpfs where it
+ * refuses O_DIRECT (kernels before 6.6), every segment a write creates clears it (under the segment
+ * table's lock) while another thread punches part of segment 0, which reads it
+ * without that lock. Under ThreadSanitizer a plain int there is a race. */
+struct puncher {
+	struct em_file *f;
+	_Atomic int stop; /* relaxed: a flag alone */
+	int failed;
+};
+
+static void *punch_main(void *arg)
+{
+	struct puncher *p = arg;
+	struct em_ring r;
+	if (em_ring_init(&r, 2) != 0) {
+		p->failed = 1;
+		return NULL;
+	}
+	while (!atomic_load_explicit(&p->stop, memory_order_relaxed) && !p->failed)
+		if (em_io_punch(&r, p->f, 4096, 4096) != 0)
+			p->failed = 1;
+	em_ring_exit(&r);
+	return NULL;
+}
+
+static void buffered_fallback(void)
+{
+	char path[256];
+	snprintf(path, sizeof(path), "/dev/shm/ember-test-segfile-%llu",
+		 (unsigned long long)tu_seed());
+	struct em_file f;
+	if (em_file_open_segmented(&f, path, EM_FILE_CREATE | EM_FILE_TRUNCATE, SEG_BITS) != 0)
+		return; /* no /dev/shm here */
+	struct em_ring r;
+	CHECK_OK(em_ring_init(&r, 2));
+	uint8_t *buf = em_alloc_io(64 << 10);
+	fill(buf, 0, 64 << 10);
+	CHECK_OK(em_io_pwrite(&r, &f, buf, 64 << 10, 0)); /* segment 0, for the puncher */
+	struct puncher p = {&f, 0, 0};
+	pthread_t th;
+	CHECK(pthread_create(&th, NULL, punch_main, &p) == 0, "thread");
+	for (uint64_t n = 1; n <= 16; n++) /* each write opens a new segment */
+		CHECK_OK(em_io_pwrite(&r, &f, buf, 64 << 10, n << SEG_BITS));
+	atomic_store_explicit(&p.stop, 1, memory_order_relaxed);
+	pthread_join(th, NULL);
+	CHECK(!p.failed, "a punch failed");
+	/* tmpfs takes O_DIRECT since Linux 6.6: there the race above is not run */
+	printf("segments on /dev/shm: %s\n",
+	       atomic_load(&f.direct) ? "O_DIRECT (no fallback to test)" : "buffered");
+	/* segment 0 around the hole, and the newest segment, read back */
+	uint8_t *back = em_alloc_io(64 << 10);
+	CHECK_OK(em_io_pread(&r, &f, back, 64 << 10, 16 << SEG_BITS));
+	check_bytes(back, 0, 64 << 10, "the newest segment");
+	CHECK_OK(em_io_pread(&r, &f, back, 4096, 0));
+	check_bytes(back, 0, 4096, "before the hole");
+	CHECK_OK(em_io_pread(&r, &f, back, 4096, 4096));
+	for (int i = 0; i < 4096; i++)
+		CHECK(back[i] == 0, "the punched block holds %u at %d", back[i], i);
+	em_free(back, 64 << 10);
+	em_free(buf, 64 << 10);
+	em_ring_exit(&r);
+	em_file_close(&f);
+	CHECK_OK(em_file_remove_segments(path));
+}
+
 static ino_t seg_ino(const char *path, unsigned n)
 {
 	char name[4300];
@@ -529,6 +596,7 @@ int main(int argc, char **argv)
 	threads(path);
 	recycling(path);
 	kept_spares(path);
+	buffered_fallback();
 	tu_tmpdir_remove(dir);
 	printf("ok\n");
 	return 0;

@@ -18,11 +18,29 @@
 
 static void atomic_max_u64(_Atomic uint64_t *v, uint64_t x)
 {
+	/* relaxed: the CAS below validates it */
 	uint64_t cur = atomic_load_explicit(v, memory_order_relaxed);
 	/* release: publish what was done before raising the boundary */
 	while (cur < x && !atomic_compare_exchange_weak_explicit(v, &cur, x, memory_order_release,
 								 memory_order_relaxed))
 		;
+}
+
+/* Stop the log with err, unless an earlier error already has: the first one is
+ * the one reported (hlog.h: error). */
+static void set_error(struct hlog *l, int err)
+{
+	int expect = 0;
+	/* relaxed: a sticky flag on its own; waiters only compare it with 0 */
+	atomic_compare_exchange_strong_explicit(&l->error, &expect, err, memory_order_relaxed,
+						memory_order_relaxed);
+}
+
+/* The worker's sticky error, 0 if none. */
+static int get_error(struct hlog *l)
+{
+	/* relaxed: a sticky flag on its own; nothing is read on the strength of it */
+	return atomic_load_explicit(&l->error, memory_order_relaxed);
 }
 
 void hlog_kick(struct hlog *l)
@@ -109,19 +127,14 @@ static void flush_done(void *ctx, uint64_t ud, int res)
 {
 	struct hlog *l = ctx;
 	struct hlog_write *w = &l->writes[ud];
-	if (res < 0 || (uint64_t)res != w->end - w->start) {
-		int expect = 0;
-		/* relaxed: a sticky flag read by waiters */
-		atomic_compare_exchange_strong_explicit(&l->error, &expect,
-							res < 0 ? res : EMBER_EIO,
-							memory_order_relaxed, memory_order_relaxed);
-	}
+	if (res < 0 || (uint64_t)res != w->end - w->start)
+		set_error(l, res < 0 ? res : EMBER_EIO);
 	w->done = 1;
 	while (l->writes_count > 0 && l->writes[l->writes_head].done) {
 		struct hlog_write *o = &l->writes[l->writes_head];
 		/* relaxed: a statistic */
 		atomic_fetch_add_explicit(&l->bytes_flushed, o->end - o->start, memory_order_relaxed);
-		if (!atomic_load_explicit(&l->error, memory_order_relaxed))
+		if (!get_error(l))
 			atomic_max_u64(&l->flushed, o->safe_end);
 		l->writes_head = (l->writes_head + 1) % HLOG_MAX_FLUSH_WRITES;
 		l->writes_count--;
@@ -175,13 +188,20 @@ static int issue_held(struct hlog *l)
 					(uint32_t)(w->end - w->start), w->start, idx);
 		if (wrc < 0) {
 			if (wrc != -EBUSY) /* -EBUSY: the ring is full, next time */
-				atomic_store_explicit(&l->error, wrc, memory_order_relaxed); /* sticky */
+				set_error(l, wrc);
 			break;
 		}
 		w->issued = 1;
 		issued++;
 	}
 	return issued;
+}
+
+/* Send the held writes that may go now (the log stops on a failed submit). */
+static void send_held(struct hlog *l)
+{
+	if (l->file && !get_error(l) && issue_held(l) > 0 && em_ring_submit(&l->ring) < 0)
+		set_error(l, EMBER_EIO);
 }
 
 /*
@@ -204,7 +224,7 @@ static int issue_held(struct hlog *l)
 static void worker_flush(struct hlog *l)
 {
 	uint64_t sro = hlog_load(&l->safe_read_only);
-	if (sro <= l->flush_issued || atomic_load_explicit(&l->error, memory_order_relaxed))
+	if (sro <= l->flush_issued || get_error(l))
 		return;
 	if (!l->file) {
 		/* memory only: nothing to write, the region is "flushed" as it turns
@@ -217,10 +237,16 @@ static void worker_flush(struct hlog *l)
 		return; /* let writes complete first: one flush is issued whole */
 	int rc = checksum_records(l, sro);
 	if (rc < 0) {
-		atomic_store_explicit(&l->error, rc, memory_order_relaxed); /* sticky flag */
+		set_error(l, rc);
 		return;
 	}
 	uint64_t cursor = l->csum_cursor;
+	if (cursor == l->flush_cursor) {
+		/* safe_ro moved within the record that straddled it before: every
+		 * record it now covers is in the writes already issued (or on disk) */
+		l->flush_issued = sro;
+		return;
+	}
 	uint64_t target = em_align_up(cursor, EM_IO_ALIGN);
 	uint64_t start = l->flush_from;
 	if (start < target &&
@@ -248,7 +274,7 @@ static void worker_flush(struct hlog *l)
 			/* cannot happen (the first block was held above, and earlier
 			 * flushes end within it): stop the log rather than let a block
 			 * land with older contents; the tests fail on it */
-			atomic_store_explicit(&l->error, EMBER_ECORRUPT, memory_order_relaxed); /* sticky */
+			set_error(l, EMBER_ECORRUPT);
 			break;
 		}
 		int wrc = em_ring_write(&l->ring, l->file, (void *)hlog_rec(l, start), (uint32_t)(end - start),
@@ -257,7 +283,7 @@ static void worker_flush(struct hlog *l)
 			/* -EBUSY: the ring is full, go on next time; anything else (a log
 			 * segment that cannot be created) stops the log: sticky flag */
 			if (wrc != -EBUSY)
-				atomic_store_explicit(&l->error, wrc, memory_order_relaxed);
+				set_error(l, wrc);
 			break;
 		}
 		l->writes_count++;
@@ -266,11 +292,12 @@ static void worker_flush(struct hlog *l)
 	if (start >= target) {
 		l->flush_issued = sro;
 		l->flush_from = em_align_down(cursor, EM_IO_ALIGN);
+		l->flush_cursor = cursor;
 	} else {
 		l->flush_from = start; /* ring full: continue from here next time */
 	}
 	if (em_ring_submit(&l->ring) < 0)
-		atomic_store_explicit(&l->error, EMBER_EIO, memory_order_relaxed); /* sticky */
+		set_error(l, EMBER_EIO);
 }
 
 static void worker_step(struct hlog *l)
@@ -296,10 +323,7 @@ static void worker_step(struct hlog *l)
 	if (want_ro > hlog_load(&l->read_only))
 		bump(l, &l->read_only, want_ro, set_safe_ro);
 
-	/* relaxed: a sticky flag */
-	if (l->file && !atomic_load_explicit(&l->error, memory_order_relaxed) && issue_held(l) > 0 &&
-	    em_ring_submit(&l->ring) < 0)
-		atomic_store_explicit(&l->error, EMBER_EIO, memory_order_relaxed); /* sticky */
+	send_held(l);
 	worker_flush(l);
 
 	/* each bound is loaded once: safe_read_only moves under us (set_safe_ro runs
@@ -316,7 +340,9 @@ static void worker_step(struct hlog *l)
 	h = em_page_floor(h, l->page_bits);
 	uint64_t head = hlog_load(&l->head);
 	if (h > head) {
-		if (l->evict && !l->bumps[l->bump_next % HLOG_BUMPS].busy)
+		/* relaxed: only this thread sets busy, and bump() checks it again */
+		if (l->evict && !atomic_load_explicit(&l->bumps[l->bump_next % HLOG_BUMPS].busy,
+						      memory_order_relaxed))
 			l->evict(l->evict_ctx, head > EM_LOG_START ? head : EM_LOG_START, h);
 		bump(l, &l->head, h, set_safe_head);
 	}
@@ -342,8 +368,11 @@ static int bumps_pending(struct hlog *l)
 static void ring_wait(struct hlog *l)
 {
 	int pending = bumps_pending(l);
-	if (pending && epoch_drain(l->ep) > 0)
-		return; /* a boundary moved: flush what it covers */
+	if (pending && epoch_drain(l->ep) > 0) {
+		/* a boundary moved: flush what it covers, with what landed retired */
+		em_ring_reap(&l->ring, 0, flush_done, l);
+		return;
+	}
 	if (l->cq_fd < 0) {
 		em_ring_reap_timeout(&l->ring, pending ? 50 : 500, flush_done, l);
 		return;
@@ -407,7 +436,12 @@ static void *hlog_worker(void *arg)
 		}
 		pthread_mutex_unlock(&l->mu);
 	}
-	while (l->ring.inflight > 0) {
+	for (;;) {
+		/* a held write (not in inflight) goes once the write it waits for has
+		 * landed: a destroy waits for it too */
+		send_held(l);
+		if (l->ring.inflight == 0)
+			break;
 		/* queued writes the kernel never got would be waited for forever: try to
 		 * submit them; if that fails too, they are lost (the error is sticky) */
 		if (io_uring_sq_ready(&l->ring.ring) > 0 && em_ring_submit(&l->ring) < 0)
@@ -537,6 +571,7 @@ int hlog_init(struct hlog *l, const struct hlog_config *cfg, struct em_file *fil
 		l->csum_cursor = t;
 		l->flush_issued = t;
 		l->flush_from = em_align_down(t, EM_IO_ALIGN);
+		l->flush_cursor = t;
 	}
 	for (int i = 0; i < HLOG_BUMPS; i++)
 		atomic_init(&l->bumps[i].busy, 0);

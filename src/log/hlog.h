@@ -125,6 +125,7 @@ struct hlog {
 	uint64_t flush_issued; /* safe_ro value whose flush was issued */
 	uint64_t flush_from;   /* next flush writes from here (4 KiB aligned) */
 	uint64_t csum_cursor;  /* records below are checksummed */
+	uint64_t flush_cursor; /* csum_cursor when the last whole flush was issued */
 	struct hlog_write writes[HLOG_MAX_FLUSH_WRITES];
 	uint32_t writes_head, writes_count;
 	struct hlog_bump bumps[HLOG_BUMPS];

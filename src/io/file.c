@@ -96,7 +96,6 @@ struct em_segs {
 	uint32_t nblocks; /* table blocks: 2^(EM_SEG_SPACE_BITS - seg_bits) / SEG_BLOCK */
 	_Atomic(uintptr_t) *blocks; /* each NULL or SEG_BLOCK _Atomic ints: fd + 1, 0 closed */
 	pthread_mutex_t mu;
-	uint64_t sync_lo;           /* under mu: segments below were fsynced since written */
 	_Atomic uint64_t hi_written; /* 1 + the highest segment a write was queued to */
 	int dir_dirty;              /* under mu: a segment was created since the last fsync */
 	int retired[SEG_RETIRED];   /* under mu: descriptors of removed segments, -1 none */
@@ -976,16 +975,19 @@ int em_io_punch(struct em_ring *r, struct em_file *f, uint64_t off, uint64_t len
 	return rc < 0 ? rc : 0;
 }
 
-/* Segmented fsync: every segment written since the last one (the newest again,
- * as writes may have gone on there), then the directory if segments were created. */
-static int segs_fsync(struct em_ring *r, struct em_file *f)
+/* Segmented fsync: every segment from `lo` to the highest written that exists,
+ * then the directory if segments were created or removed. Before session 11 it
+ * started where the previous call had ended (its newest segment), so a write still
+ * in flight to an older segment during that call was never fsynced: the caller
+ * now says where to start (em_io_fsync_from). */
+static int segs_fsync(struct em_ring *r, struct em_file *f, uint64_t lo)
 {
 	struct em_segs *g = f->segs;
 	pthread_mutex_lock(&g->mu);
 	/* acquire: pairs with seg_rw's release (every segment written is counted) */
 	uint64_t hi = atomic_load_explicit(&g->hi_written, memory_order_acquire);
 	int rc = 0;
-	for (uint64_t n = g->sync_lo; n < hi && rc == 0; n++) {
+	for (uint64_t n = lo; n < hi && rc == 0; n++) {
 		_Atomic int *cell = seg_cell(g, n, 0);
 		/* relaxed: under mu, which every store of a cell holds */
 		int v = cell ? atomic_load_explicit(cell, memory_order_relaxed) : 0;
@@ -1001,16 +1003,21 @@ static int segs_fsync(struct em_ring *r, struct em_file *f)
 		if (rc == 0)
 			g->dir_dirty = 0;
 	}
-	if (rc == 0 && hi)
-		g->sync_lo = hi - 1;
 	pthread_mutex_unlock(&g->mu);
 	return rc;
+}
+
+int em_io_fsync_from(struct em_ring *r, struct em_file *f, uint64_t from)
+{
+	if (f->segs)
+		return segs_fsync(r, f, from >> f->seg_bits);
+	return em_io_fsync(r, f);
 }
 
 int em_io_fsync(struct em_ring *r, struct em_file *f)
 {
 	if (f->segs)
-		return segs_fsync(r, f);
+		return segs_fsync(r, f, 0);
 	int rc = em_ring_fsync(r, f, 0);
 	if (rc < 0)
 		return rc;

@@ -139,11 +139,17 @@ int em_ring_reap_timeout(struct em_ring *r, unsigned timeout_us, em_ring_cb cb, 
 int em_io_pread(struct em_ring *r, struct em_file *f, void *buf, uint32_t len, uint64_t off);
 int em_io_pwrite(struct em_ring *r, struct em_file *f, const void *buf, uint32_t len,
 		 uint64_t off);
-/* Segmented: fsync every segment written since the last call (and the directory
- * once a segment was created); pread/pwrite go segment by segment; punch expects
- * ranges released bottom-up (each one starting at or above where the previous one
- * ended) and removes every segment file whose end the range reaches. */
+/* Segmented: em_io_fsync fsyncs every segment file there is (and the directory
+ * once a segment was created or removed); em_io_fsync_from only the segments from
+ * the one holding offset `from` up to the highest written, where `from` is at or
+ * below every offset a write may have landed at since the caller's previous fsync
+ * of the file began (a write still in flight during an fsync is not covered by it:
+ * the next one must cover its segment again). On one file both fsync the file.
+ * pread/pwrite go segment by segment; punch expects ranges released bottom-up (each
+ * one starting at or above where the previous one ended) and removes every segment
+ * file whose end the range reaches. */
 int em_io_fsync(struct em_ring *r, struct em_file *f);
+int em_io_fsync_from(struct em_ring *r, struct em_file *f, uint64_t from);
 int em_io_punch(struct em_ring *r, struct em_file *f, uint64_t off, uint64_t len);
 
 #endif

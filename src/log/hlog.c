@@ -497,7 +497,15 @@ int hlog_fold(struct hlog *l, uint64_t upto, struct em_ring *ring)
 		struct timespec ts = {0, spins < 100 ? 20000 : 200000};
 		nanosleep(&ts, NULL);
 	}
-	return l->file ? em_io_fsync(ring, l->file) : 0;
+	if (!l->file)
+		return 0;
+	/* every record below synced landed before the previous fold's fsync began;
+	 * only the block holding it may have been written again since (the flush
+	 * after a fold starts at the cursor's block) */
+	rc = em_io_fsync_from(ring, l->file, em_align_down(l->synced, EM_IO_ALIGN));
+	if (rc == 0 && upto > l->synced)
+		l->synced = upto;
+	return rc;
 }
 
 int hlog_load_tail_block(struct hlog *l, struct em_ring *ring)
@@ -572,6 +580,7 @@ int hlog_init(struct hlog *l, const struct hlog_config *cfg, struct em_file *fil
 		l->flush_issued = t;
 		l->flush_from = em_align_down(t, EM_IO_ALIGN);
 		l->flush_cursor = t;
+		l->synced = t;
 	}
 	for (int i = 0; i < HLOG_BUMPS; i++)
 		atomic_init(&l->bumps[i].busy, 0);

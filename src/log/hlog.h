@@ -126,6 +126,7 @@ struct hlog {
 	uint64_t flush_from;   /* next flush writes from here (4 KiB aligned) */
 	uint64_t csum_cursor;  /* records below are checksummed */
 	uint64_t flush_cursor; /* csum_cursor when the last whole flush was issued */
+	uint64_t synced;       /* hlog_fold's: below it, on disk and fsynced */
 	struct hlog_write writes[HLOG_MAX_FLUSH_WRITES];
 	uint32_t writes_head, writes_count;
 	struct hlog_bump bumps[HLOG_BUMPS];
@@ -180,7 +181,9 @@ void hlog_kick(struct hlog *l);
 /*
  * Fold-over (checkpoints): make every record below upto (<= tail, a record boundary
  * such as a tail value read earlier) immutable and durable. Moves read_only to
- * upto, waits until the log's flushed address passes it, then fsyncs the file. The
+ * upto, waits until the log's flushed address passes it, then fsyncs the file (a
+ * segmented one from the segment holding the previous fold point's block: writes
+ * past that point may have been in flight during the previous fsync). The
  * caller must not be epoch-protected (the move waits for every thread to leave the
  * epoch in which it could still update in place below upto). ring: the caller's
  * own idle ring, for the fsync. Returns 0, the log's sticky I/O error, or an fsync

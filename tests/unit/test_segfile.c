@@ -12,8 +12,9 @@
  * whole and allocated, taken by new segments, kept at close, taken up by the next
  * keeping open (a short, sparse or misnamed one removed), trimmed to the recycling
  * limit, removed by an open that does not keep them and by
- * em_file_remove_segments; bad uses refused; and on tmpfs (no O_DIRECT) segments
- * opened buffered while another thread punches.
+ * em_file_remove_segments; bad uses refused; on tmpfs (no O_DIRECT) segments
+ * opened buffered while another thread punches; and (with fault injection, which
+ * counts the fsyncs) which segments em_io_fsync_from covers.
  */
 #include <ember.h>
 #include <errno.h>
@@ -390,6 +391,53 @@ static void buffered_fallback(void)
 	CHECK_OK(em_file_remove_segments(path));
 }
 
+#if defined(EMBER_FAULT_INJECTION) && EMBER_FAULT_INJECTION
+#include "core/fault.h"
+
+/* fsyncs em_io_fsync_from (or em_io_fsync, from = 0) makes: one per segment file
+ * (counted at the io_fsync site, which fails nothing here). */
+static uint64_t fsyncs(struct em_ring *r, struct em_file *f, uint64_t from)
+{
+	em_fault_count(EM_FAULT_IO_FSYNC);
+	CHECK_OK(from == UINT64_MAX ? em_io_fsync(r, f) : em_io_fsync_from(r, f, from));
+	return em_fault_hits(EM_FAULT_IO_FSYNC);
+}
+
+/* Which segments an fsync covers: from the one holding `from` up, every time. Before
+ * session 11 a call started at the newest segment of the call before it, so a write
+ * to an older segment still in flight during that call was never fsynced. */
+static void fsync_coverage(const char *path)
+{
+	struct em_file f;
+	CHECK_OK(em_file_open_segmented(&f, path, EM_FILE_CREATE | EM_FILE_TRUNCATE, SEG_BITS));
+	struct em_ring r;
+	CHECK_OK(em_ring_init(&r, 4));
+	uint8_t *buf = em_alloc_io(64 << 10);
+	fill(buf, 0, 64 << 10);
+	for (uint64_t n = 0; n < 4; n++)
+		CHECK_OK(em_io_pwrite(&r, &f, buf, 64 << 10, n << SEG_BITS));
+	uint64_t two = (UINT64_C(2) << SEG_BITS) + 100;
+	CHECK(fsyncs(&r, &f, two) == 2, "from segment 2: segments 2 and 3");
+	CHECK(fsyncs(&r, &f, 0) == 4, "from 0: all four");
+	CHECK(fsyncs(&r, &f, UINT64_MAX) == 4, "em_io_fsync: all four");
+	/* a write to segment 1 in flight (on a ring of its own) during an fsync; the
+	 * next fsync covers segment 1 again */
+	struct em_ring w;
+	CHECK_OK(em_ring_init(&w, 2));
+	CHECK_OK(em_ring_write(&w, &f, buf, 64 << 10, (UINT64_C(1) << SEG_BITS) + (64 << 10), 1));
+	CHECK_OK(em_ring_submit(&w));
+	CHECK(fsyncs(&r, &f, UINT64_C(1) << SEG_BITS) == 3, "segments 1-3");
+	complete(&w, 1);
+	CHECK(result[1] == 64 << 10, "the write in flight: %d", result[1]);
+	CHECK(fsyncs(&r, &f, UINT64_C(1) << SEG_BITS) == 3, "segments 1-3 again");
+	em_free(buf, 64 << 10);
+	em_ring_exit(&w);
+	em_ring_exit(&r);
+	em_file_close(&f);
+	CHECK_OK(em_file_remove_segments(path));
+}
+#endif
+
 static ino_t seg_ino(const char *path, unsigned n)
 {
 	char name[4300];
@@ -597,6 +645,9 @@ int main(int argc, char **argv)
 	recycling(path);
 	kept_spares(path);
 	buffered_fallback();
+#if defined(EMBER_FAULT_INJECTION) && EMBER_FAULT_INJECTION
+	fsync_coverage(path);
+#endif
 	tu_tmpdir_remove(dir);
 	printf("ok\n");
 	return 0;

@@ -474,6 +474,48 @@ out:
 	return rc;
 }
 
+int em_file_remove_below(struct em_file *f, uint64_t off)
+{
+	struct em_segs *g = f->segs;
+	if (!g)
+		return 0;
+	if (!g->writable)
+		return -EBADF;
+	uint64_t lim = off >> f->seg_bits;
+	const char *slash = strrchr(g->path, '/');
+	const char *base = slash ? slash + 1 : g->path;
+	size_t blen = strlen(base);
+	DIR *d = opendir(g->dir);
+	if (!d)
+		return -errno;
+	int rc = 0, removed = 0;
+	pthread_mutex_lock(&g->mu);
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		uint64_t n;
+		if (!seg_parse(e->d_name, base, blen, &n) || n >= lim)
+			continue;
+		_Atomic int *cell = seg_cell(g, n, 0);
+		/* relaxed: under mu; nothing reads below the log's begin (invariant 3) */
+		int v = cell ? atomic_exchange_explicit(cell, 0, memory_order_relaxed) : 0;
+		if (v > 0) {
+			int *slot = &g->retired[g->retired_next++ % SEG_RETIRED];
+			if (*slot >= 0)
+				close(*slot);
+			*slot = v - 1;
+		}
+		if (unlinkat(dirfd(d), e->d_name, 0) == 0) {
+			removed++;
+			g->dir_dirty = 1; /* the next fsync makes the removal durable */
+		} else if (errno != ENOENT && rc == 0) {
+			rc = -errno;
+		}
+	}
+	pthread_mutex_unlock(&g->mu);
+	closedir(d);
+	return rc < 0 ? rc : removed;
+}
+
 int em_file_check_segments(struct em_file *f, uint64_t off, uint64_t end)
 {
 	if (!f->segs || end <= off)
@@ -942,7 +984,9 @@ static int segs_punch(struct em_ring *r, struct em_file *f, uint64_t off, uint64
 			} else if (sp && rename(name, sp) == 0) {
 				g->spare[g->nspare++] = g->spare_seq++; /* invariant 5 */
 				g->dir_dirty = 1;
-			} else if (unlink(name) != 0 && errno != ENOENT) {
+			} else if (unlink(name) == 0) {
+				g->dir_dirty = 1; /* the next fsync makes the removal durable */
+			} else if (errno != ENOENT) {
 				rc = -errno;
 			}
 			em_free(sp, 0);

@@ -81,6 +81,11 @@ void em_file_set_recycle(struct em_file *f, uint32_t max_spares);
 int em_file_prewrite_spares(struct em_file *f, uint32_t n);
 /* Segmented: spare files held now (0 for one file). */
 uint32_t em_file_spares(struct em_file *f);
+/* Segmented: unlink every segment file wholly below off (a recovered log's begin:
+ * they hold nothing live; a crash before the directory's fsync can bring back the
+ * ones released before it, which the log's releases, starting at begin, would never
+ * visit). Returns how many were removed, or -errno. One file: 0. */
+int em_file_remove_below(struct em_file *f, uint64_t off);
 /* Segmented: 0 if every segment holding a byte of [off, end) exists, else -ENOENT
  * (or another -errno from opening one). One file: 0. */
 int em_file_check_segments(struct em_file *f, uint64_t off, uint64_t end);

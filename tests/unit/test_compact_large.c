@@ -17,7 +17,8 @@
  *     stops with EMBER_ECORRUPT and the key is not lost (reads report the damage).
  * With the hot log in segment files, a pass removes a whole segment and the next
  * segment created reuses its file (the same inode), and every key keeps its newest
- * value through more passes and a reopen.
+ * value through more passes and a reopen; a segment file below the log's begin (as
+ * a crash can bring one back) is removed by the reopen.
  * EMBER_OPEN_PREWRITE_LOG (file.c invariant 6): the open writes spare segment
  * files for the hot log's budget, the log's first segments take them, close keeps
  * the rest and the next open with the flag takes them up without writing again
@@ -302,7 +303,15 @@ static void test_recycled_segments(const char *dir)
 	CHECK_OK(ember_session_close(s));
 	CHECK(verify(db) == 0, "reads after a second pass");
 	CHECK_OK(ember_close(db));
+	/* a segment below begin, as a crash before the directory's fsync brings one
+	 * back: the reopen removes it (em_file_remove_below) */
+	char stale[600];
+	snprintf(stale, sizeof(stale), "%s/hot.log.%06u", dir, 0u);
+	FILE *sf = fopen(stale, "w");
+	CHECK(sf && fputs("a segment the crash brought back", sf) >= 0 && fclose(sf) == 0,
+	      "plant %s", stale);
 	db = reopen(dir);
+	CHECK(!seg_ino(dir, 0), "the reopen kept a segment below the log's begin");
 	CHECK(verify(db) == 0, "reads after a reopen");
 	CHECK_OK(ember_close(db));
 	with_segments = 0;

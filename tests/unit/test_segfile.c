@@ -13,8 +13,8 @@
  * keeping open (a short, sparse or misnamed one removed), trimmed to the recycling
  * limit, removed by an open that does not keep them and by
  * em_file_remove_segments; bad uses refused; on tmpfs (no O_DIRECT) segments
- * opened buffered while another thread punches; and (with fault injection, which
- * counts the fsyncs) which segments em_io_fsync_from covers.
+ * opened buffered while another thread punches; em_file_remove_below; and (with
+ * fault injection, which counts the fsyncs) which segments em_io_fsync_from covers.
  */
 #include <ember.h>
 #include <errno.h>
@@ -438,6 +438,36 @@ static void fsync_coverage(const char *path)
 }
 #endif
 
+/* em_file_remove_below: the segment files wholly below an offset go (a recovered
+ * log's begin); the one holding it stays; a read-only file refuses. */
+static void remove_below(const char *path)
+{
+	struct em_file f;
+	CHECK_OK(em_file_open_segmented(&f, path, EM_FILE_CREATE | EM_FILE_TRUNCATE, SEG_BITS));
+	struct em_ring r;
+	CHECK_OK(em_ring_init(&r, 2));
+	uint8_t *buf = em_alloc_io(64 << 10);
+	fill(buf, 0, 64 << 10);
+	for (uint64_t n = 0; n < 4; n++)
+		CHECK_OK(em_io_pwrite(&r, &f, buf, 64 << 10, n << SEG_BITS));
+	CHECK(em_file_remove_below(&f, (UINT64_C(2) << SEG_BITS) + 4096) == 2, "two removed");
+	CHECK(!seg_exists(path, 0) && !seg_exists(path, 1) && seg_exists(path, 2) &&
+	      seg_exists(path, 3), "segments 2 and 3 stay");
+	CHECK(em_file_remove_below(&f, UINT64_C(2) << SEG_BITS) == 0, "nothing left to remove");
+	uint8_t *back = em_alloc_io(64 << 10);
+	CHECK_OK(em_io_pread(&r, &f, back, 64 << 10, 3ull << SEG_BITS));
+	check_bytes(back, 0, 64 << 10, "segment 3 after the removal");
+	em_free(back, 64 << 10);
+	em_free(buf, 64 << 10);
+	em_ring_exit(&r);
+	em_file_close(&f);
+	CHECK_OK(em_file_open_segmented(&f, path, EM_FILE_READONLY, SEG_BITS));
+	CHECK(em_file_remove_below(&f, UINT64_C(4) << SEG_BITS) == -EBADF, "read-only");
+	CHECK(seg_exists(path, 2), "a refused removal removed");
+	em_file_close(&f);
+	CHECK_OK(em_file_remove_segments(path));
+}
+
 static ino_t seg_ino(const char *path, unsigned n)
 {
 	char name[4300];
@@ -645,6 +675,7 @@ int main(int argc, char **argv)
 	recycling(path);
 	kept_spares(path);
 	buffered_fallback();
+	remove_below(path);
 #if defined(EMBER_FAULT_INJECTION) && EMBER_FAULT_INJECTION
 	fsync_coverage(path);
 #endif

@@ -104,7 +104,6 @@ struct em_segs {
 	uint32_t nspare;            /* under mu: spare files "<path>.spare.<spare[i]>" */
 	uint64_t spare[SEG_SPARE];
 	uint64_t spare_seq;         /* under mu: the next spare's number */
-	_Atomic uint64_t recycled;  /* segments created from a spare (statistic) */
 	int keep_spares;            /* EM_FILE_KEEP_SPARES (invariant 6) */
 	uint32_t seg_bits;
 };
@@ -121,12 +120,12 @@ int em_file_open(struct em_file *f, const char *path, int flags)
 	if (flags & EM_FILE_TRUNCATE)
 		oflags |= O_TRUNC;
 	f->fd = -1;
-	f->direct = 0;
+	f->direct = 0; /* seq_cst, though nobody else sees f yet: a plain store would do */
 	f->seg_bits = 0;
 	f->segs = NULL;
 	int fd = open(path, oflags | O_DIRECT, 0644);
 	if (fd >= 0) {
-		f->direct = 1;
+		f->direct = 1; /* seq_cst: as above, f is still the opener's alone */
 	} else if (errno == EINVAL) {
 		/* the filesystem refuses O_DIRECT (tmpfs): fall back to buffered I/O */
 		fd = open(path, oflags, 0644);
@@ -194,6 +193,20 @@ static char *dir_of(const char *path)
 	return d;
 }
 
+/* Does file name (in directory dfd) hold data, not a hole, at every byte below
+ * size? st_blocks alone also counts blocks allocated but never written (fallocate,
+ * or a crash before the writes' extents were converted), whose first write would
+ * convert them synchronously: the cost a spare is kept to avoid. */
+static int no_hole(int dfd, const char *name, uint64_t size)
+{
+	int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	off_t h = lseek(fd, 0, SEEK_HOLE);
+	close(fd);
+	return h >= 0 && (uint64_t)h >= size;
+}
+
 #define RM_SEGS 1   /* remove_files: the segment files "<path>.<n>" */
 #define RM_SPARES 2 /* and/or the spares "<path>.spare.*" (invariant 5) */
 
@@ -230,7 +243,7 @@ static int remove_files(const char *path, int what, struct em_segs *keep)
 			struct stat st;
 			if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
 			    S_ISREG(st.st_mode) && (uint64_t)st.st_size == seg &&
-			    (uint64_t)st.st_blocks * 512 >= seg) {
+			    (uint64_t)st.st_blocks * 512 >= seg && no_hole(dirfd(d), e->d_name, seg)) {
 				keep->spare[keep->nspare++] = n; /* invariant 6 */
 				if (n >= keep->spare_seq)
 					keep->spare_seq = n + 1;
@@ -254,7 +267,7 @@ int em_file_remove_segments(const char *path)
 int em_file_open_segmented(struct em_file *f, const char *path, int flags, uint32_t seg_bits)
 {
 	f->fd = -1;
-	f->direct = 1;
+	f->direct = 1; /* seq_cst, though nobody else sees f yet: a plain store would do */
 	f->seg_bits = 0;
 	f->segs = NULL;
 	if (!path || seg_bits < EM_SEG_MIN_BITS || seg_bits > EM_SEG_MAX_BITS)
@@ -308,18 +321,25 @@ undo:
 	return rc;
 }
 
-void em_file_set_recycle(struct em_file *f, uint32_t max_spares)
+/* Unlink spares beyond spare_max (under mu, or while the file is its opener's
+ * alone). */
+static void trim_spares(struct em_segs *g)
 {
-	struct em_segs *g = f->segs;
-	if (!g || !g->create)
-		return;
-	g->spare_max = max_spares < SEG_SPARE ? max_spares : SEG_SPARE;
 	while (g->nspare > g->spare_max) { /* spares kept beyond the limit (invariant 6) */
 		char *sp = spare_name(g, g->spare[--g->nspare]);
 		if (sp)
 			(void)unlink(sp); /* one left behind goes at the next open */
 		em_free(sp, 0);
 	}
+}
+
+void em_file_set_recycle(struct em_file *f, uint32_t max_spares)
+{
+	struct em_segs *g = f->segs;
+	if (!g || !g->create)
+		return;
+	g->spare_max = max_spares < SEG_SPARE ? max_spares : SEG_SPARE;
+	trim_spares(g);
 }
 
 uint32_t em_file_spares(struct em_file *f)
@@ -449,9 +469,13 @@ static int seg_fd(struct em_file *f, uint64_t n, int write)
 		if (sp && renameat2(AT_FDCWD, sp, AT_FDCWD, name, RENAME_NOREPLACE) == 0) {
 			g->nspare--;
 			g->dir_dirty = 1;
-			atomic_fetch_add_explicit(&g->recycled, 1, memory_order_relaxed); /* statistic */
 		} else if (sp && errno == ENOENT) {
 			g->nspare--; /* gone from under us: forget it */
+		} else if (sp && (errno == EINVAL || errno == ENOSYS)) {
+			/* no RENAME_NOREPLACE here: recycling cannot work, and every
+			 * segment would try again; the spares would only hold disk */
+			g->spare_max = 0;
+			trim_spares(g);
 		}
 		em_free(sp, 0);
 	}
@@ -711,8 +735,10 @@ static int seg_rw(struct em_ring *r, struct em_file *f, void *buf, uint32_t len,
 			return fd;
 	}
 	if (write) {
-		/* release: pairs with em_io_fsync's acquire (it syncs every segment written) */
+		/* relaxed: a first guess, which the CAS below checks and refreshes */
 		uint64_t hi = atomic_load_explicit(&f->segs->hi_written, memory_order_relaxed);
+		/* release on success: pairs with segs_fsync's acquire (it syncs every
+		 * segment written); relaxed on failure: only the value is taken */
 		while (hi < n1 + 1 && !atomic_compare_exchange_weak_explicit(&f->segs->hi_written, &hi, n1 + 1,
 									       memory_order_release,
 									       memory_order_relaxed))

@@ -566,11 +566,14 @@ static ino_t whole_spare(const char *path, unsigned k)
 	return (ino_t)tu_whole_file(name, UINT64_C(1) << SEG_BITS);
 }
 
+/* write: 1 written, 0 a hole, 2 allocated and never written (fallocate) */
 static void make_file(const char *name, uint64_t size, int write)
 {
 	int fd = open(name, O_CREAT | O_TRUNC | O_WRONLY, 0644);
 	CHECK(fd >= 0, "create %s", name);
-	if (write) {
+	if (write == 2) {
+		CHECK(fallocate(fd, 0, 0, (off_t)size) == 0, "fallocate");
+	} else if (write) {
 		static uint8_t block[65536];
 		for (uint64_t o = 0; o < size; o += sizeof(block))
 			CHECK(pwrite(fd, block, sizeof(block), (off_t)o) == (ssize_t)sizeof(block), "write");
@@ -622,12 +625,16 @@ static void kept_spares(const char *path)
 	make_file(name, 4096, 1);
 	snprintf(name, sizeof(name), "%s.spare.%06u", path, 8);
 	make_file(name, seg, 0);
+	char unwritten[4300];
+	snprintf(unwritten, sizeof(unwritten), "%s.spare.%06u", path, 10);
+	make_file(unwritten, seg, 2);
 	snprintf(name, sizeof(name), "%s.spare.9", path);
 	make_file(name, seg, 1);
 	CHECK_OK(em_file_open_segmented(&f, path, EM_FILE_CREATE | EM_FILE_KEEP_SPARES, SEG_BITS));
 	CHECK(em_file_spares(&f) == 1 && whole_spare(path, 0) == s0, "the kept spare was not taken up");
 	struct stat st;
 	CHECK(spares(path) == 1 && stat(name, &st) != 0, "leftovers survived a keeping open");
+	CHECK(stat(unwritten, &st) != 0, "a spare allocated but never written was kept");
 	em_file_set_recycle(&f, 3);
 	CHECK_OK(em_file_prewrite_spares(&f, 2));
 	CHECK(em_file_spares(&f) == 2 && whole_spare(path, 0) == s0 && whole_spare(path, 1),

@@ -75,7 +75,11 @@
  * ember_verify
  * 11. Compaction keeps running. A check that fails at an address now below its
  *     log's begin is no corruption: compaction released that space while the walk
- *     read it. The walk goes on at the new begin (a record boundary).
+ *     read it. The walk goes on at the new begin (a record boundary). A record
+ *     that passes its checks is taken only if its address is still at or above
+ *     begin after the read: with recycled segment files (file.c invariant 5) a
+ *     window read while its space was released may hold a newer segment's
+ *     records, well-formed, whose sizes would lead the walk astray.
  * 12. After a real failure on disk the walk counts one error and resynchronises: it
  *     goes on at the next 8-aligned address that holds a well-formed record with a
  *     matching checksum (a false match needs a 32-bit checksum to agree), so one bad
@@ -1024,6 +1028,13 @@ static int verify_log(struct verify *v, struct hlog *log, struct em_file *f, con
 		if (k < 0) {
 			rc = k;
 			break;
+		}
+		if (k == CUR_DISK && cur.a < hlog_load(&log->begin)) {
+			/* released while the window was read: a recycled segment file may
+			 * hold a newer segment's well-formed records there (note 11) */
+			cursor_pause(&cur);
+			cur.a = hlog_load(&log->begin);
+			continue;
 		}
 		uint64_t size = rec_total_size(r);
 		v->rep->records++;

@@ -24,7 +24,8 @@
  *               ahead (EMBER_OPEN_PREWRITE_LOG), turns over several times: its
  *               released segments' files come back as new segments (file.c
  *               invariants 5 and 6) under readers that may still read through the
- *               old descriptors (lookup.c note 2).
+ *               old descriptors (lookup.c note 2); ember_verify runs in a loop
+ *               meanwhile and must find nothing wrong (scan.c note 11).
  *
  * Extra arguments: "rc" turns the read cache on; "seg" keeps the logs in segment
  * files of 32 MiB (ember_options.log_segment_bytes): released space goes back by
@@ -463,6 +464,25 @@ static unsigned hot_files(const char *dir, const char *prefix, uint64_t *highest
 	return n;
 }
 
+/* ember_verify in a loop while the workers write and compaction releases and
+ * recycles segments: every pass must find nothing wrong (scan.c note 11: a window
+ * read while its space was released may hold a newer segment's records). */
+static _Atomic int rc_done; /* relaxed: a flag alone */
+static unsigned rc_verifies;
+
+static void *rc_verifier(void *arg)
+{
+	(void)arg;
+	while (!atomic_load_explicit(&rc_done, memory_order_relaxed)) {
+		ember_verify_report rep;
+		int rc = ember_verify(cdb, &rep);
+		CHECK(rc == 0 && rep.errors == 0, "verify during recycling: %d, %llu errors, first: %s",
+		      rc, (unsigned long long)rep.errors, rep.first_error);
+		rc_verifies++;
+	}
+	return NULL;
+}
+
 static void recycle_run(void)
 {
 	char dir[512];
@@ -477,19 +497,23 @@ static void recycle_run(void)
 	rc_target = 4 * o.hot_disk_budget;
 	CHECK_OK(ember_open(dir, &o, &cdb));
 	CHECK(hot_files(dir, "hot.log.spare.", NULL) == 2, "spares written ahead");
-	pthread_t th[THREADS];
+	pthread_t th[THREADS], vt;
 	for (int i = 0; i < THREADS; i++)
 		pthread_create(&th[i], NULL, rc_worker, (void *)(uintptr_t)i);
+	pthread_create(&vt, NULL, rc_verifier, NULL);
 	for (int i = 0; i < THREADS; i++)
 		pthread_join(th[i], NULL);
+	atomic_store_explicit(&rc_done, 1, memory_order_relaxed);
+	pthread_join(vt, NULL);
 	ember_stats st;
 	CHECK_OK(ember_stats_get(cdb, &st));
 	uint64_t highest = 0;
 	unsigned segs = hot_files(dir, "hot.log.", &highest);
 	unsigned spares = hot_files(dir, "hot.log.spare.", NULL);
-	printf("wrote %llu MiB; hot passes %llu; hot segments %u (highest %llu), spares %u\n",
+	printf("wrote %llu MiB; hot passes %llu; hot segments %u (highest %llu), spares %u; "
+	       "%u verify passes meanwhile\n",
 	       (unsigned long long)(atomic_load(&rc_written) >> 20), (unsigned long long)st.hot.compactions,
-	       segs, (unsigned long long)highest, spares);
+	       segs, (unsigned long long)highest, spares, rc_verifies);
 	CHECK(st.hot.compactions > 0 && highest >= 6, "the hot log did not turn over");
 	/* the files reused: never more than the budget's segments, spares and the
 	 * two partial ends */

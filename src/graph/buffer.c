@@ -86,9 +86,9 @@ static uint64_t bucket_count(const ember_graph_buffer *b, uint32_t bucket)
 static uint64_t bucket_bytes(const ember_graph_buffer *b, uint32_t bucket)
 {
 	uint64_t n = bucket_count(b, bucket), bytes = n * GRAPH_EDGE_BYTES;
-	if (b->all_edges)
-		bytes += n * 4 + 4 * (graph_part_rows(&b->g->meta, bucket / b->p) + 1) +
-			 4 * (graph_part_rows(&b->g->meta, bucket % b->p) + 1);
+	if (b->all_edges) /* as bucket_views allocates them: csc_src, csr_off, csc_off */
+		bytes += (n * 4 + 4) + 4 * (graph_part_rows(&b->g->meta, bucket / b->p) + 1) +
+			 4 * (graph_part_rows(&b->g->meta, bucket % b->p) + 2);
 	return bytes;
 }
 
@@ -980,7 +980,9 @@ int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *p
 	}
 	pthread_mutex_unlock(&b->mu);
 	/* only the trainer thread calls set_plan and next_state, so the plan fields may
-	 * be built outside the lock; the background threads never read them */
+	 * be built outside the lock; of the background threads only the updater reads
+	 * them (prep_collect, under mu, while prep_want names a state), and no state is
+	 * wanted between epochs */
 	uint64_t *member = em_zalloc((size_t)ns * words * 8);
 	uint32_t *states = em_alloc((size_t)ns * c * 4);
 	uint32_t *bstate = em_alloc(pp * 4);
@@ -1064,7 +1066,15 @@ int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *p
 	 * growth within the budget) */
 	uint64_t plan_fixed = b->slot_bytes * b->nslots + b->g->meta.train_nodes * 4;
 	uint64_t fixed = plan_fixed + b->upd_cap * sizeof(float *);
-	if (b->budget && fixed + max_union + ex_mem > b->budget) {
+	/* until next_state(0) frees them, the buckets the last plan still holds (its
+	 * last state's) stand where this plan's will be */
+	uint64_t held = 0;
+	pthread_mutex_lock(&b->mu);
+	for (uint32_t i = 0; i < b->nents; i++)
+		if (b->ents[i].bucket != GRAPH_NONE)
+			held += b->ents[i].bytes;
+	pthread_mutex_unlock(&b->mu);
+	if (b->budget && fixed + (held > max_union ? held : max_union) + ex_mem > b->budget) {
 		rc = EMBER_ENOSPC;
 		goto undo_mem;
 	}
@@ -1087,11 +1097,13 @@ int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *p
 		}
 	}
 	uint64_t need = plan_fixed + max_union + ex_mem;
-	if (max_ex > b->ex_cap) {
+	/* the example and node arrays are sized to this plan, smaller ones too: the
+	 * budget check above counts this plan's, not the largest a plan ever had */
+	if (max_ex != b->ex_cap) {
 		/* no examples are being built ahead: the last state asked for none */
-		struct graph_example *ex = em_alloc(max_ex * sizeof(*ex)),
-				     *ex2 = em_alloc(max_ex * sizeof(*ex2));
-		if (!ex || !ex2) {
+		struct graph_example *ex = max_ex ? em_alloc(max_ex * sizeof(*ex)) : NULL,
+				     *ex2 = max_ex ? em_alloc(max_ex * sizeof(*ex2)) : NULL;
+		if (max_ex && (!ex || !ex2)) {
 			em_free(ex, 0);
 			em_free(ex2, 0);
 			rc = EMBER_ENOMEM;
@@ -1100,22 +1112,22 @@ int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *p
 		em_free(b->examples, 0);
 		em_free(b->ex_next, 0);
 		pthread_mutex_lock(&b->mu);
-		graph_mem_add(b, (int64_t)(max_ex - b->ex_cap) * 2 * (int64_t)sizeof(*ex));
+		graph_mem_add(b, ((int64_t)max_ex - (int64_t)b->ex_cap) * 2 * (int64_t)sizeof(*ex));
 		pthread_mutex_unlock(&b->mu);
 		b->examples = ex;
 		b->ex_next = ex2;
 		b->ex_cap = max_ex;
 		b->nexamples = b->ex_pos = 0;
 	}
-	if (max_nodes > b->nodes_cap) {
-		uint64_t *nx = em_alloc(max_nodes * 8);
-		if (!nx) {
+	if (max_nodes != b->nodes_cap) {
+		uint64_t *nx = max_nodes ? em_alloc(max_nodes * 8) : NULL;
+		if (max_nodes && !nx) {
 			rc = EMBER_ENOMEM;
 			goto undo_mem;
 		}
 		em_free(b->nodes_ex, 0);
 		pthread_mutex_lock(&b->mu);
-		graph_mem_add(b, (int64_t)(max_nodes - b->nodes_cap) * 8);
+		graph_mem_add(b, ((int64_t)max_nodes - (int64_t)b->nodes_cap) * 8);
 		pthread_mutex_unlock(&b->mu);
 		b->nodes_ex = nx;
 		b->nodes_cap = max_nodes;
@@ -1136,7 +1148,18 @@ int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *p
 	b->cur = -1;
 	b->have_plan = true;
 	rc = b->error;
-	if (rc == 0)
+	/* state 0's buckets are read now only if they fit beside what the last plan
+	 * still holds (its last state's buckets, freed by next_state(0)); else
+	 * next_state(0) reads them once it has freed those (review: an epoch after
+	 * the first went 13% over the budget here) */
+	uint64_t add = 0;
+	for (uint32_t i = 0; i < c; i++)
+		for (uint32_t j = 0; j < c; j++) {
+			uint32_t bk = b->states[i] * p + b->states[j];
+			if (state_needs(b, 0, bk) && b->bucket_ent[bk] == GRAPH_NONE)
+				add += bucket_bytes(b, bk);
+		}
+	if (rc == 0 && (!b->budget || b->st.memory_bytes + add <= b->budget))
 		rc = schedule_buckets(b, 0);
 	if (rc == 0 && schedule_parts(b, 0, false) < 0)
 		rc = EMBER_ENOSPC;

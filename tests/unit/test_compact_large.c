@@ -74,8 +74,14 @@ static unsigned last_gen = GENS - 1;
 static unsigned big_gen(void) { return last_gen; }
 
 /* Generations g0 .. g1 - 1 of the rewritten values (the small ones only in the
- * first GENS). */
-static void write_gens(ember_session *s, unsigned g0, unsigned g1)
+ * first GENS), each followed by a checkpoint. The checkpoint makes the log
+ * immutable up to its tail, so every rewrite is a new record: without it, a
+ * rewrite whose previous version the log worker had not yet turned read-only (a
+ * loaded machine) updated it in place, the log came out one or more records
+ * shorter, and the passes and segments below landed elsewhere (CI, session 11).
+ * It also leaves everything written on disk, so the segment files the checks
+ * look for exist. */
+static void write_gens(ember_db *db, ember_session *s, unsigned g0, unsigned g1)
 {
 	uint8_t *v = malloc(BIG);
 	char k[32];
@@ -91,6 +97,7 @@ static void write_gens(ember_session *s, unsigned g0, unsigned g1)
 			CHECK_OK(ember_put(s, k, strlen(k), v, SMALL));
 		}
 		last_gen = g;
+		CHECK_OK(ember_checkpoint(db, NULL));
 	}
 	free(v);
 }
@@ -111,7 +118,7 @@ static void build_flags(const char *dir, uint32_t flags)
 		CHECK_OK(ember_put(s, k, strlen(k), v, BIG));
 	}
 	free(v);
-	write_gens(s, 0, GENS);
+	write_gens(db, s, 0, GENS);
 	CHECK_OK(ember_session_close(s));
 	CHECK_OK(ember_close(db));
 }
@@ -294,12 +301,12 @@ static void test_recycled_segments(const char *dir)
 	CHECK(!seg_ino(dir, 0), "the pass left segment 0");
 	ember_session *s;
 	CHECK_OK(ember_session_open(db, &s));
-	write_gens(s, GENS, 2 * GENS); /* past 64 MiB: segment 2 */
+	write_gens(db, s, GENS, 2 * GENS); /* past 64 MiB: segment 2 */
 	CHECK(seg_ino(dir, 2) == first, "segment 2 is not segment 0's file");
 	CHECK(verify(db) == 0, "reads from the recycled segment");
 	CHECK_OK(ember_compact(db, 1));
 	CHECK_OK(ember_checkpoint(db, NULL));
-	write_gens(s, 2 * GENS, 3 * GENS);
+	write_gens(db, s, 2 * GENS, 3 * GENS);
 	CHECK_OK(ember_session_close(s));
 	CHECK(verify(db) == 0, "reads after a second pass");
 	CHECK_OK(ember_close(db));
@@ -397,7 +404,7 @@ static void test_prewrite(const char *dir)
 	CHECK(!seg_ino(dir, 0) && spares(dir) == 2, "segment 0 released: %u spares", spares(dir));
 	ember_session *s;
 	CHECK_OK(ember_session_open(db, &s));
-	write_gens(s, GENS, 2 * GENS);
+	write_gens(db, s, GENS, 2 * GENS);
 	CHECK_OK(ember_session_close(s));
 	CHECK(spares(dir) == 1, "segment 2 took a spare: %u left", spares(dir));
 	CHECK(verify(db) == 0, "reads after the passes");

@@ -71,7 +71,9 @@ extern "C" {
 #define EMBER_CACHE_MAX_TABLES 65535u           /* tables per cache */
 #define EMBER_CACHE_MAX_ROWS (1ull << 48)       /* rows per table */
 #define EMBER_CACHE_MAX_DIM 65536u              /* elements per row */
-#define EMBER_CACHE_MAX_CAPACITY 0xfffffffdull   /* slots (2^32 - 3) */
+#define EMBER_CACHE_MAX_CAPACITY 0x7fffffffull   /* slots (2^31 - 1: the oracle's
+						    * queues index twice that) */
+#define EMBER_CACHE_MAX_WINDOW (1u << 20)         /* batches of lookahead */
 
 /* ember_cache_table.storage: how a row's elements are kept in the store. Slots
  * always hold fp32. */
@@ -284,7 +286,8 @@ typedef struct ember_cache_stats {
  * Open a cache over db. On success *cache is set and the prefetcher thread runs;
  * on failure *cache is left NULL. EMBER_EINVAL: NULL arguments, no tables, a table
  * with rows or dim of 0 or out of range, an unknown storage/init/slots value,
- * prefetch_batches > window, capacity > EMBER_CACHE_MAX_CAPACITY; with host slots,
+ * prefetch_batches > window, capacity > EMBER_CACHE_MAX_CAPACITY, window >
+ * EMBER_CACHE_MAX_WINDOW; with host slots,
  * gpu, gpu_backend or gpu_device set; with GPU slots, gpu given together with
  * gpu_backend or gpu_device, an unknown gpu_backend, gpu_device < 0, or a context
  * ember_gpu_open refuses (CUDA asked for but not built, no such device).

@@ -206,7 +206,8 @@ static void init_row(const struct ember_cache *c, uint32_t table, uint64_t row, 
 
 /* ---- write-back and fetch (the prefetcher, or the closing thread) ------------------ */
 
-/* Write n rows (slots sl[], owners ow[]) to the store; clears their dirty flags. */
+/* Write n rows (slots sl[], owners ow[]) to the store; clears their dirty flags
+ * once all are written. */
 static int write_rows(struct ember_cache *c, size_t n, const uint32_t *sl, const struct urow *ow)
 {
 	if (n == 0)
@@ -222,7 +223,6 @@ static int write_rows(struct ember_cache *c, size_t n, const uint32_t *sl, const
 		bytes += c->vlen[i];
 		c->mv[i] = (struct slot_move){.slot = sl[i], .dim = t->dim, .storage = t->storage,
 					      .buf = c->vptr[i]};
-		c->dirty[sl[i]] = 0;
 	}
 	int rc = slot_store_read(&c->ss, n, c->mv);
 	if (rc < 0)
@@ -233,6 +233,10 @@ static int write_rows(struct ember_cache *c, size_t n, const uint32_t *sl, const
 		if (c->st[i] < 0)
 			rc = c->st[i];
 	if (rc == 0) {
+		/* clean only once the store holds them: after a failed put the rows stay
+		 * dirty (their owners unchanged), and close writes them again */
+		for (size_t i = 0; i < n; i++)
+			c->dirty[sl[i]] = 0;
 		stat_add(&c->st_wb, n);
 		stat_add(&c->st_bytes_wb, bytes);
 	}
@@ -331,7 +335,8 @@ static int fetch_round(struct ember_cache *c, struct cbatch *b, uint32_t release
 			init_row(c, u->table, u->row, c->vptr[j]);
 			absent++;
 		} else if (c->st[j] < 0) {
-			rc = c->st[j];
+			/* a longer value than the row's under its key: damage, as a shorter */
+			rc = c->st[j] == EMBER_ERANGE ? EMBER_ECORRUPT : c->st[j];
 			goto undo_stage;
 		} else if (c->vlen[j] != c->vcap[j]) {
 			rc = EMBER_ECORRUPT; /* a value of another size under a row's key */
@@ -416,7 +421,9 @@ static void *prefetcher_main(void *arg)
 		uint32_t pushed = c->pushed, released = c->released;
 		if (c->failed)
 			goto idle;
-		if (c->planned < pushed && c->planned < released + c->pf_batches &&
+		/* planned - released, not released + pf_batches: near 2^32 batches the
+		 * sum wraps and the next batch was never planned (acquire hung) */
+		if (c->planned < pushed && c->planned - released < c->pf_batches &&
 		    (c->planned == released || inflight_fits(c, released))) {
 			pthread_mutex_unlock(&c->mu);
 			uint64_t t0 = now_ns();
@@ -527,6 +534,7 @@ static int check_options(const ember_cache_options *o, uint64_t *total_rows, uin
 	}
 	if (o->init > EMBER_CACHE_INIT_UNIFORM || o->slots > EMBER_CACHE_SLOTS_GPU ||
 	    !isfinite(o->init_scale) || o->init_scale < 0 || o->capacity > EMBER_CACHE_MAX_CAPACITY ||
+	    o->window > EMBER_CACHE_MAX_WINDOW ||
 	    (o->window && o->prefetch_batches > o->window) ||
 	    (!o->window && o->prefetch_batches > 100))
 		return EMBER_EINVAL;

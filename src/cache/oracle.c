@@ -278,7 +278,7 @@ int oracle_create(struct oracle **out, uint32_t ntables, const uint64_t *rows,
 		  uint64_t capacity, uint32_t ring)
 {
 	if (!out || ntables == 0 || ntables > 65535 || !rows || capacity == 0 ||
-	    capacity > ORACLE_MAX_BATCHES || ring == 0)
+	    capacity > ORACLE_MAX_CAPACITY || ring == 0)
 		return EMBER_EINVAL;
 	/* bucket and batch ring indices by mask, not by a division per row: any
 	 * size >= ring keeps the keys [planned, linked) apart */

@@ -35,6 +35,9 @@
 #define ORACLE_NONE UINT32_MAX /* no slot, no next use, no victim */
 /* Batches are numbered 0 .. ORACLE_MAX_BATCHES-1. */
 #define ORACLE_MAX_BATCHES (UINT32_MAX - 2u)
+/* Slots at most: the queue of rows with no next use holds up to twice the capacity
+ * between compactions, indexed in 32 bits. */
+#define ORACLE_MAX_CAPACITY (UINT32_MAX / 2u)
 
 /* One distinct row of a batch. */
 struct urow {

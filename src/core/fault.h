@@ -27,6 +27,8 @@
  *   ring_init   em_ring_init returns err (default -ENOMEM)
  *   file_open   em_file_open returns err (default -EIO)
  *   alloc    em_alloc, em_zalloc, em_alloc_aligned return NULL
+ *   store_put   ember_put_batch returns err (default -EIO) after its argument
+ *            checks, writing nothing: a store that refused the batch
  *
  * Arming from the environment: $EMBER_FAULTS, read once when the library loads:
  *   EMBER_FAULTS="io_write:countdown=3;alloc:probability=0.001:seed=7:limit=5"
@@ -52,6 +54,7 @@ enum em_fault_site {
 	EM_FAULT_RING_INIT,
 	EM_FAULT_FILE_OPEN,
 	EM_FAULT_ALLOC,
+	EM_FAULT_STORE_PUT,
 	EM_FAULT_NSITES
 };
 

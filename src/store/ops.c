@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/fault.h"
 #include "core/hash.h"
 #include "store/compact.h"
 
@@ -239,6 +240,9 @@ int ember_put_batch(ember_session *s, size_t n, const void *const keys[], const 
 		if (rc < 0)
 			return rc;
 	}
+	int fault = EM_FAULT(EM_FAULT_STORE_PUT); /* fault injection: a refused batch */
+	if (fault)
+		return fault;
 	for (size_t i = 0; i < n; i++)
 		status[i] = blind_write(s, keys[i], (uint32_t)klens[i], vals[i], (uint32_t)vlens[i], 0);
 	return 0;

@@ -107,6 +107,12 @@ static void test_open(void)
 	o.capacity = 1ull << 33;
 	CHECK_RC(ember_cache_open(db, &o, &c), EMBER_EINVAL);
 	CHECK(c == NULL, "*cache set on failure");
+	base_opts(&o);
+	o.capacity = EMBER_CACHE_MAX_CAPACITY + 1; /* the oracle's queues index 2x it */
+	CHECK_RC(ember_cache_open(db, &o, &c), EMBER_EINVAL);
+	base_opts(&o);
+	o.window = EMBER_CACHE_MAX_WINDOW + 1; /* refused before any of it is allocated */
+	CHECK_RC(ember_cache_open(db, &o, &c), EMBER_EINVAL);
 
 	/* all defaults (capacity 1% -> at least 1024 -> all 1010 rows) */
 	ember_cache_options_default(&o);
@@ -363,6 +369,37 @@ static void test_sizes(void)
 	CHECK_OK(ember_cache_close(c));
 }
 
+/* A value of another size under a row's key (docs/cache.md: the key is the 8 bytes
+ * of table << 48 | row, little-endian): the acquire that needs the row reports
+ * EMBER_ECORRUPT, longer (it passed on the store's EMBER_ERANGE) or shorter. */
+static void test_wrong_size(void)
+{
+	for (int longer = 0; longer < 2; longer++) {
+		uint64_t row = 900 + (uint64_t)longer;
+		uint8_t key[8];
+		for (int i = 0; i < 8; i++)
+			key[i] = (uint8_t)(row >> (8 * i)); /* table 0 */
+		uint8_t val[64] = {0};
+		ember_session *s;
+		CHECK_OK(ember_session_open(db, &s));
+		/* table 0's rows are 8 fp32: 32 bytes */
+		CHECK_OK(ember_put(s, key, sizeof(key), val, longer ? 48 : 16));
+		CHECK_OK(ember_session_close(s));
+		ember_cache_options o;
+		base_opts(&o);
+		ember_cache *c = open_ok(&o);
+		CHECK_OK(push1(c, 0, &row, 1));
+		ember_cache_view v;
+		int rc = ember_cache_acquire(c, &v);
+		CHECK(rc == EMBER_ECORRUPT, "a %s value: acquire %d (%s)", longer ? "longer" : "shorter",
+		      rc, ember_strerror(rc));
+		CHECK(ember_cache_close(c) == EMBER_ECORRUPT, "close reports the failure");
+		CHECK_OK(ember_session_open(db, &s));
+		CHECK_OK(ember_delete(s, key, sizeof(key))); /* the other tests read every row */
+		CHECK_OK(ember_session_close(s));
+	}
+}
+
 int main(int argc, char **argv)
 {
 	tu_init("cache_errors", argc, argv);
@@ -376,6 +413,7 @@ int main(int argc, char **argv)
 	CHECK_OK(ember_open(dir, &so, &db));
 	test_fp16();
 	test_open();
+	test_wrong_size();
 	test_push();
 	test_init();
 	test_sizes();

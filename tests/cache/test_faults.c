@@ -8,7 +8,9 @@
  *   - disk reads failing while the prefetcher fetches rows from the store's disk:
  *     acquire returns the error (it does not hang), later pushes, acquires and
  *     flushes report the failed state, close returns the error and frees all;
- *     the store stays usable.
+ *     the store stays usable;
+ *   - a write-back of an updated row the store refuses once (store_put): the
+ *     failure is reported, and close writes the row all the same.
  */
 #include "core/fault.h"
 #include "ember.h"
@@ -121,6 +123,50 @@ int main(int argc, char **argv)
 	CHECK(ember_cache_row(&v, 0, 0)[0] == 7.0f, "row 7 reads %g", ember_cache_row(&v, 0, 0)[0]);
 	CHECK_OK(ember_cache_release(c, &v));
 	CHECK_OK(ember_cache_close(c));
+
+	/* a write-back the store refuses once: the row stays dirty, and close writes
+	 * it (it used to be marked clean before the put, and the update was lost) */
+	CHECK_OK(open_cache(db, &c));
+	rows[0] = 11;
+	part.n = 1;
+	CHECK_OK(ember_cache_push(c, &batch));
+	CHECK_OK(ember_cache_acquire(c, &v));
+	ember_cache_row(&v, 0, 0)[0] = 4242.0f;
+	CHECK_OK(ember_cache_release(c, &v));
+	struct em_fault_spec once = {.countdown = 1, .limit = 1};
+	CHECK(em_fault_arm(EM_FAULT_STORE_PUT, &once) == 0, "arm");
+	/* rows the capacity (512) cannot hold beside row 11: it is evicted, its
+	 * write-back refused */
+	int failed = 0;
+	for (int b = 0; b < 8 && !failed; b++) {
+		part.n = 256;
+		for (int i = 0; i < 256; i++)
+			rows[i] = 1000 + (uint64_t)b * 256 + (uint64_t)i;
+		rc = ember_cache_push(c, &batch);
+		if (rc == EMBER_ESTATE) {
+			failed = 1;
+			break;
+		}
+		CHECK_OK(rc);
+		rc = ember_cache_acquire(c, &v);
+		if (rc < 0) {
+			failed = 1;
+			break;
+		}
+		CHECK_OK(ember_cache_release(c, &v));
+	}
+	CHECK(em_fault_fired(EM_FAULT_STORE_PUT) == 1, "the write-back was not refused");
+	em_fault_disarm(EM_FAULT_STORE_PUT);
+	CHECK(failed, "the refused write-back went unreported");
+	CHECK(ember_cache_close(c) < 0, "close hides the refused write-back");
+	size_t vl = 0;
+	float back[DIM];
+	uint8_t key11[8];
+	uint64_t r11 = 11;
+	memcpy(key11, &r11, 8);
+	CHECK_OK(ember_get(s, key11, 8, back, sizeof(back), &vl));
+	CHECK(vl == sizeof(back) && back[0] == 4242.0f, "row 11 after close: %g, want 4242",
+	      back[0]);
 	CHECK_OK(ember_session_close(s));
 	CHECK_OK(ember_close(db));
 	tu_tmpdir_remove(dir);

@@ -425,8 +425,9 @@ int ember_error_detail(ember_db *db, char *buf, size_t cap);
  * moment it began for keys not written meanwhile; keys written meanwhile may be
  * seen with their old or new value (or, rarely, twice). It runs on the calling
  * thread (no session needed) and may read the whole store from disk. Compaction
- * pauses while the walk runs: fn must not call ember_compact, ember_checkpoint or
- * ember_close on the same store (they would wait for the walk); ember_iterate on the
+ * pauses while the walk runs: fn must not call ember_compact, ember_checkpoint,
+ * ember_checkpoint_list or ember_close on the same store (they would wait for the
+ * walk; the list, for a background checkpoint waiting for it); ember_iterate on the
  * same store from fn returns EMBER_ESTATE.
  */
 typedef int (*ember_iter_fn)(void *arg, const void *key, size_t klen, const void *val,

@@ -74,6 +74,9 @@ uint64_t hlog_alloc_slow(struct hlog *l, uint64_t size)
 		if (gap >= REC_HDR_SIZE) {
 			/* pad the rest of the lap: a filler scanners step over */
 			struct record *f = hlog_rec(l, t);
+			/* init (plain stores), as rec_init does: no one reads below the
+			 * tail before safe_read_only passes it, which waits for this
+			 * thread to leave its epoch */
 			atomic_init(&f->header, REC_FILLER | REC_INVALID);
 			atomic_init(&f->seq, 0);
 			f->checksum = 0;
@@ -503,7 +506,14 @@ int hlog_fold(struct hlog *l, uint64_t upto, struct em_ring *ring)
 	 * only the block holding it may have been written again since (the flush
 	 * after a fold starts at the cursor's block) */
 	rc = em_io_fsync_from(ring, l->file, em_align_down(l->synced, EM_IO_ALIGN));
-	if (rc == 0 && upto > l->synced)
+	if (rc < 0) {
+		/* a failed fsync may have dropped the writes it reported on: a later
+		 * one could succeed without them, so the log stops (sticky) rather than
+		 * let a checkpoint claim them */
+		set_error(l, rc);
+		return rc;
+	}
+	if (upto > l->synced)
 		l->synced = upto;
 	return rc;
 }

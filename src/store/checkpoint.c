@@ -37,13 +37,20 @@
  *     only once a complete checkpoint no longer needs it: ckpt_release punches up
  *     to min(begin, floor), floor being the begin recorded by the newest complete
  *     checkpoint (no floor before the store's first checkpoint: a crash then
- *     recovers an empty store anyway).
- *  8. After the meta is durable, older checkpoint directories are removed.
+ *     recovers an empty store anyway). The floor rises only after step 8 is
+ *     durable: no older checkpoint that needs the space can come back after a
+ *     crash and be recovered from.
+ *  8. After the meta is durable, older checkpoint directories are removed, and the
+ *     checkpoints directory fsynced.
  *
  * Recovery (ember_open -> ckpt_find, then ckpt_apply): the newest directory whose
- * meta and files check out wins; newer partial or damaged ones are reported through
- * db_report and removed (not in read-only mode). The logs restart at the extents
- * of the meta: addresses at or above each end are overwritten by new records.
+ * meta and files check out wins (among every directory there is); newer partial or
+ * damaged ones (a meta that fails its checks or names another id, a file missing or
+ * failing its checksum) are reported through db_report and removed (not in
+ * read-only mode). Any other error (an I/O error, memory, permissions) fails the
+ * open and removes nothing: falling back would recover an older state and delete
+ * the newer one. The logs restart at the extents of the meta: addresses at or
+ * above each end are overwritten by new records.
  */
 #include "store/checkpoint.h"
 
@@ -625,19 +632,29 @@ int ckpt_take(struct ember_db *db, uint64_t *id_out)
 	/* complete: it is the one recovery will use */
 	ck->last = m;
 	ck->have_last = 1;
-	/* step 7: what compaction freed is no longer needed by any checkpoint */
-	ck->floor[COMPACT_HOT] = em_align_down(m.hot_begin, EM_IO_ALIGN);
-	ck->floor[COMPACT_COLD] = em_align_down(m.cold_begin, EM_IO_ALIGN);
-	ck->floor[COMPACT_CHUNKS] = em_align_down(m.chunk_begin, EM_IO_ALIGN);
-	for (int k = COMPACT_HOT; k <= COMPACT_CHUNKS && rc == 0; k++)
-		rc = ckpt_release(db, k, hlog_load(&kind_hlog(db, k)->begin), &ring);
-	if (rc < 0) {
-		db_report(db, "checkpoint %" PRIu64 ": releasing log space failed: %s", m.id,
-			  ember_strerror(rc));
-		rc = 0; /* the checkpoint itself is complete */
+	/* step 8 before step 7: the older checkpoints go, durably, before the space
+	 * they need is released. Released first, a crash before their removal was
+	 * durable left one whose log space was punched, and recovery fell back to it
+	 * when this one failed a check: every read failed (review, session 11). */
+	int rrc = remove_others(db, name);
+	if (rrc == 0)
+		rrc = em_dir_fsync(top);
+	if (rrc < 0) {
+		db_report(db, "checkpoint %" PRIu64 ": removing older checkpoints failed (%s): "
+			  "log space kept until a checkpoint removes them", m.id, ember_strerror(rrc));
+	} else {
+		/* step 7: what compaction freed is no longer needed by any checkpoint */
+		ck->floor[COMPACT_HOT] = em_align_down(m.hot_begin, EM_IO_ALIGN);
+		ck->floor[COMPACT_COLD] = em_align_down(m.cold_begin, EM_IO_ALIGN);
+		ck->floor[COMPACT_CHUNKS] = em_align_down(m.chunk_begin, EM_IO_ALIGN);
+		for (int k = COMPACT_HOT; k <= COMPACT_CHUNKS && rc == 0; k++)
+			rc = ckpt_release(db, k, hlog_load(&kind_hlog(db, k)->begin), &ring);
+		if (rc < 0) {
+			db_report(db, "checkpoint %" PRIu64 ": releasing log space failed: %s", m.id,
+				  ember_strerror(rc));
+			rc = 0; /* the checkpoint itself is complete */
+		}
 	}
-	/* step 8 */
-	(void)remove_others(db, name); /* a leftover is removed by the next checkpoint */
 	if (id_out)
 		*id_out = m.id;
 out:
@@ -801,20 +818,22 @@ static int list_names(struct ember_db *db, char names[][32], int cap)
 	em_free(top, 0);
 	if (!d)
 		return errno == ENOENT ? 0 : -errno;
+	/* the newest cap of them, newest first (16 lowercase hex digits: string order
+	 * is numeric order); every entry is looked at, so leftovers beyond cap never
+	 * hide the newest (they did: the first cap in readdir order were kept) */
 	int n = 0;
 	struct dirent *de;
-	while ((de = readdir(d)) && n < cap)
-		if (strlen(de->d_name) == 16 && strspn(de->d_name, "0123456789abcdef") == 16)
-			snprintf(names[n++], 32, "%s", de->d_name);
-	closedir(d);
-	/* 16 lowercase hex digits: string order is numeric order */
-	for (int i = 1; i < n; i++)
-		for (int j = i; j > 0 && strcmp(names[j - 1], names[j]) < 0; j--) {
-			char t[32];
-			memcpy(t, names[j], 32);
+	while ((de = readdir(d))) {
+		if (strlen(de->d_name) != 16 || strspn(de->d_name, "0123456789abcdef") != 16)
+			continue;
+		if (n == cap && strcmp(de->d_name, names[n - 1]) <= 0)
+			continue; /* older than all kept */
+		int j = n < cap ? n++ : n - 1; /* a new place, or the oldest's */
+		for (; j > 0 && strcmp(names[j - 1], de->d_name) < 0; j--)
 			memcpy(names[j], names[j - 1], 32);
-			memcpy(names[j - 1], t, 32);
-		}
+		snprintf(names[j], 32, "%s", de->d_name);
+	}
+	closedir(d);
 	return n;
 }
 
@@ -890,6 +909,14 @@ static int load_one(struct ember_db *db, struct em_ring *ring, const char *name,
 		skip(db, name, "meta unreadable or damaged", rc);
 		return rc;
 	}
+	char want[32];
+	snprintf(want, sizeof(want), "%016" PRIx64, m->id);
+	if (strcmp(want, name) != 0) {
+		/* a copied or restored directory: taken as checkpoint m->id, the next
+		 * checkpoint of that id would write over it in place */
+		skip(db, name, "its meta names another checkpoint id", EMBER_ECORRUPT);
+		return EMBER_ECORRUPT;
+	}
 	if (!geometry_equal(&m->geo, geo)) {
 		skip(db, name, "geometry differs from the superblock's", EMBER_ECORRUPT);
 		return EMBER_ECORRUPT;
@@ -903,6 +930,8 @@ static int load_one(struct ember_db *db, struct em_ring *ring, const char *name,
 		size_t len = 0;
 		rc = p ? read_file(ring, p, &bufs[i], &len) : EMBER_ENOMEM;
 		em_free(p, 0);
+		if (rc == -ENOENT)
+			rc = EMBER_ECORRUPT; /* a complete checkpoint lacks one of its files */
 		if (rc == 0 && (len < want_len[i] || len > em_align_up(want_len[i], EM_IO_ALIGN) ||
 				XXH3_64bits(bufs[i], want_len[i]) != want_sum[i]))
 			rc = EMBER_ECORRUPT;
@@ -941,7 +970,10 @@ int ckpt_find(struct ember_db *db, const struct store_geometry *geo, struct ckpt
 			snprintf(ck->chosen, sizeof(ck->chosen), "%.31s", names[i]);
 			break;
 		}
-		if (lrc == EMBER_ENOMEM) {
+		if (lrc < 0 && lrc != EMBER_ECORRUPT && lrc != EMBER_ENOTEMBER &&
+		    lrc != EMBER_EVERSION) {
+			/* not damage (memory, an I/O error, permissions): falling back would
+			 * open an older state and remove this one; fail the open instead */
 			rc = lrc;
 			break;
 		}

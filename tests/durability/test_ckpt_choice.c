@@ -1,0 +1,241 @@
+/*
+ * test_ckpt_choice.c - which checkpoint recovery takes (checkpoint.c, ckpt_find):
+ *
+ *   copy     a checkpoint's directory copied under a newer id, its meta still
+ *            naming the old one (a restored backup): skipped as damaged; the real
+ *            one recovers every key, and the next checkpoints write nothing over it.
+ *            Taken as the newest before, the copy was checkpoint "old id", and the
+ *            next checkpoint of that id wrote over it in place.
+ *   many     80 leftover partial directories with older ids beside the real one:
+ *            recovery finds the newest (it listed the first 64 in readdir order).
+ *   ioerror  (fault-injection builds) the newest checkpoint's meta cannot be read
+ *            (an I/O error, not damage) while an older complete one is there: the
+ *            open fails with the error and removes nothing, and succeeds on the
+ *            newest once the error is gone. Before, it recovered the older state
+ *            and deleted the newer checkpoint.
+ */
+#include <dirent.h>
+#include <ember.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "test_util.h"
+
+#if defined(EMBER_FAULT_INJECTION) && EMBER_FAULT_INJECTION
+#include "core/fault.h"
+#endif
+
+#define KEYS 500u
+
+static char dir[512];
+
+static ember_db *open_store(int truncate)
+{
+	ember_options o;
+	ember_options_default(&o);
+	o.log_memory = 1u << 20;
+	o.page_size = 64u << 10;
+	o.index_buckets = 1u << 10;
+	o.flags = truncate ? EMBER_OPEN_TRUNCATE : 0;
+	ember_db *db = NULL;
+	CHECK_OK(ember_open(dir, &o, &db));
+	return db;
+}
+
+static void put_all(ember_db *db, uint32_t version)
+{
+	ember_session *s;
+	CHECK_OK(ember_session_open(db, &s));
+	for (uint32_t k = 0; k < KEYS; k++) {
+		char key[16];
+		uint32_t v[8] = {k, version, k ^ version};
+		snprintf(key, sizeof(key), "k%u", k);
+		CHECK_OK(ember_put(s, key, strlen(key), v, sizeof(v)));
+	}
+	CHECK_OK(ember_session_close(s));
+}
+
+/* Every key holds version (0: every key absent). */
+static void check_all(ember_db *db, uint32_t version, const char *when)
+{
+	ember_session *s;
+	CHECK_OK(ember_session_open(db, &s));
+	for (uint32_t k = 0; k < KEYS; k++) {
+		char key[16];
+		uint32_t v[8] = {0};
+		size_t vl = 0;
+		snprintf(key, sizeof(key), "k%u", k);
+		int rc = ember_get(s, key, strlen(key), v, sizeof(v), &vl);
+		CHECK(rc == 0 && vl == sizeof(v) && v[0] == k && v[1] == version,
+		      "%s: key %u: %d, version %u, want %u", when, k, rc, v[1], version);
+	}
+	CHECK_OK(ember_session_close(s));
+}
+
+static void ckpt_name(char *out, size_t n, uint64_t id)
+{
+	snprintf(out, n, "%s/checkpoints/%016" PRIx64, dir, id);
+}
+
+static int exists(const char *p)
+{
+	struct stat st;
+	return stat(p, &st) == 0;
+}
+
+/* Copy checkpoint directory from to to (its three files). */
+static void copy_ckpt(const char *from, const char *to)
+{
+	CHECK(mkdir(to, 0755) == 0, "mkdir %s", to);
+	static const char *const files[3] = {"meta", "hot.index", "cold.table"};
+	for (int i = 0; i < 3; i++) {
+		char a[700], b[700];
+		snprintf(a, sizeof(a), "%s/%s", from, files[i]);
+		snprintf(b, sizeof(b), "%s/%s", to, files[i]);
+		int in = open(a, O_RDONLY), out = open(b, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+		CHECK(in >= 0 && out >= 0, "copy %s", a);
+		char buf[65536];
+		ssize_t n;
+		while ((n = read(in, buf, sizeof(buf))) > 0)
+			CHECK(write(out, buf, (size_t)n) == n, "write %s", b);
+		CHECK(n == 0 && fsync(out) == 0, "read %s", a);
+		close(in);
+		close(out);
+	}
+}
+
+/* The one checkpoint directory there is (its path into out). */
+static void only_ckpt(char *out, size_t n)
+{
+	char top[600];
+	snprintf(top, sizeof(top), "%s/checkpoints", dir);
+	DIR *d = opendir(top);
+	CHECK(d, "opendir %s", top);
+	int found = 0;
+	struct dirent *e;
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.') {
+			CHECK(snprintf(out, n, "%s/%s", top, e->d_name) < (int)n, "path");
+			found++;
+		}
+	closedir(d);
+	CHECK(found == 1, "%d checkpoint directories", found);
+}
+
+static uint32_t skipped(ember_db *db)
+{
+	ember_recovery_info ri;
+	CHECK_OK(ember_recovery_info_get(db, &ri));
+	return ri.checkpoints_skipped;
+}
+
+static void test_copy(void)
+{
+	ember_db *db = open_store(1);
+	put_all(db, 1);
+	uint64_t id = 0;
+	CHECK_OK(ember_checkpoint(db, &id));
+	CHECK_OK(ember_close(db));
+	char real[600], copy[600];
+	only_ckpt(real, sizeof(real));
+	ckpt_name(copy, sizeof(copy), id + 100);
+	copy_ckpt(real, copy);
+	db = open_store(0);
+	CHECK(skipped(db) == 1, "the copy was taken (%u skipped)", skipped(db));
+	check_all(db, 1, "recovered beside the copy");
+	CHECK(!exists(copy), "the copy stayed");
+	put_all(db, 2);
+	CHECK_OK(ember_checkpoint(db, &id));
+	CHECK_OK(ember_close(db));
+	db = open_store(0);
+	CHECK(skipped(db) == 0, "a checkpoint skipped after the copy was gone");
+	check_all(db, 2, "after the next checkpoints");
+	CHECK_OK(ember_close(db));
+	printf("  copy: skipped, every key recovered\n");
+}
+
+static void test_many(void)
+{
+	ember_db *db = open_store(1);
+	put_all(db, 3);
+	for (int i = 0; i < 90; i++) /* ids past the leftovers' */
+		CHECK_OK(ember_checkpoint(db, NULL));
+	CHECK_OK(ember_close(db));
+	/* the newest checkpoint is the only one; 80 partial leftovers below it */
+	for (uint64_t i = 0; i < 80; i++) {
+		char p[600];
+		snprintf(p, sizeof(p), "%s/checkpoints/00000000%08" PRIx64, dir, i);
+		CHECK(mkdir(p, 0755) == 0, "mkdir %s", p);
+	}
+	db = open_store(0);
+	check_all(db, 3, "beside 80 leftovers");
+	CHECK_OK(ember_close(db));
+	printf("  many: the newest found among 81 directories\n");
+}
+
+#if defined(EMBER_FAULT_INJECTION) && EMBER_FAULT_INJECTION
+static void test_ioerror(void)
+{
+	ember_db *db = open_store(1);
+	put_all(db, 4);
+	uint64_t old_id = 0;
+	CHECK_OK(ember_checkpoint(db, &old_id));
+	char old[600], aside[600];
+	ckpt_name(old, sizeof(old), old_id);
+	snprintf(aside, sizeof(aside), "%s/aside", dir);
+	copy_ckpt(old, aside); /* outside checkpoints/: recovery never sees it */
+	put_all(db, 5);
+	CHECK_OK(ember_close(db)); /* its checkpoint removes old */
+	CHECK(!exists(old), "the older checkpoint stayed");
+	/* the n-th read of an open fails once: the superblock's, the newest meta's,
+	 * ... Whichever it is, the open must fail or recover the newest state, never
+	 * the older one beside it */
+	int failed_open = 0;
+	for (uint64_t n = 1; n <= 6; n++) {
+		if (!exists(old))
+			copy_ckpt(aside, old); /* a good open removes it */
+		struct em_fault_spec once = {.countdown = n, .limit = 1};
+		CHECK_OK(em_fault_arm(EM_FAULT_IO_READ, &once));
+		ember_options o;
+		ember_options_default(&o);
+		o.log_memory = 1u << 20;
+		o.page_size = 64u << 10;
+		o.index_buckets = 1u << 10;
+		db = NULL;
+		int rc = ember_open(dir, &o, &db);
+		em_fault_disarm(EM_FAULT_IO_READ);
+		if (rc == 0) {
+			check_all(db, 5, "an open with a failed read");
+			CHECK_OK(ember_close(db));
+			continue;
+		}
+		CHECK(exists(old), "open failed (%d) and removed the older checkpoint", rc);
+		failed_open++;
+	}
+	CHECK(failed_open > 0, "no injected read made the open fail");
+	db = open_store(0);
+	check_all(db, 5, "the newest, once the error is gone");
+	CHECK_OK(ember_close(db));
+	printf("  ioerror: %d opens failed and removed nothing, the others recovered the "
+	       "newest\n", failed_open);
+}
+#endif
+
+int main(int argc, char **argv)
+{
+	tu_init("test_ckpt_choice", argc, argv);
+	CHECK(tu_tmpdir_make("ckpt-choice", dir, sizeof(dir)) == 0, "tmpdir");
+	test_copy();
+	test_many();
+#if defined(EMBER_FAULT_INJECTION) && EMBER_FAULT_INJECTION
+	test_ioerror();
+#endif
+	tu_tmpdir_remove(dir);
+	printf("ok\n");
+	return 0;
+}

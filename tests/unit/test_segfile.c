@@ -344,9 +344,10 @@ static void *punch_main(void *arg)
 		p->failed = 1;
 		return NULL;
 	}
-	while (!atomic_load_explicit(&p->stop, memory_order_relaxed) && !p->failed)
+	do /* at least once, however late the thread starts */
 		if (em_io_punch(&r, p->f, 4096, 4096) != 0)
 			p->failed = 1;
+	while (!atomic_load_explicit(&p->stop, memory_order_relaxed) && !p->failed);
 	em_ring_exit(&r);
 	return NULL;
 }

@@ -1009,6 +1009,16 @@ static int index_set(struct hash_index *hi, uint64_t hash, uint64_t addr)
 }
 
 /* Step 5: replay [hot_replay, hot_end) into the index. */
+/* The lengths of a record header read back in replay are sane: a key of 1 ..
+ * EMBER_MAX_KEY_LEN bytes (none for a filler) and a value that fits the log's
+ * memory, so rec_total_size is bounded before anything is read by it. */
+static int replay_head_ok(const struct hlog *l, struct record *r)
+{
+	int filler = (rec_header(r) & REC_FILLER) != 0;
+	return (filler || (r->key_len > 0 && r->key_len <= EMBER_MAX_KEY_LEN)) &&
+	       r->val_cap <= l->mem_size;
+}
+
 static int replay(struct ember_db *db, const struct ckpt_meta *m, struct em_ring *ring)
 {
 	struct hlog *l = db->hot;
@@ -1024,7 +1034,14 @@ static int replay(struct ember_db *db, const struct ckpt_meta *m, struct em_ring
 		if (a >= end)
 			break;
 		for (int pass = 0; pass < 2; pass++) {
-			/* pass 0: the header; pass 1: the whole record */
+			/* pass 0: the header; pass 1: the whole record, sized by the header
+			 * once its lengths are checked (a damaged one asked for up to 8 GiB) */
+			if (pass == 1 && !replay_head_ok(l, (struct record *)(void *)(buf + (a - wstart)))) {
+				db_report(db, "hot.log at offset %" PRIu64 ": record length out of range "
+					  "(replay of checkpoint %" PRIu64 ")", a, m->id);
+				rc = EMBER_ECORRUPT;
+				goto out;
+			}
 			uint64_t need = pass == 0 ? REC_HDR_SIZE
 						  : rec_total_size((struct record *)(void *)(buf + (a - wstart)));
 			if (a + need > end) {

@@ -270,6 +270,9 @@ int ember_compact(ember_db *db, int force);
  * partial or damaged is skipped (opts->log_fn says which and why) and removed; if
  * the only complete checkpoint is damaged the open fails with EMBER_ECORRUPT
  * (ember_error_detail() is not available without a handle: log_fn says where).
+ * Any other error reading the newest checkpoint (an I/O error, memory,
+ * permissions) fails the open and removes nothing: it never falls back to an older
+ * checkpoint for that.
  * The store's geometry is fixed when it is created: page_size, index_buckets,
  * cold_index_chunks, cold_chunk_bytes and the memory of each log (log_memory /
  * memory_budget, cold_log_memory) are taken from the store on reopen and the
@@ -377,8 +380,9 @@ int ember_put_batch(ember_session *s, size_t n, const void *const keys[],
  * Writes made while it runs may or may not be covered. User threads keep working
  * meanwhile (compaction pauses). Checkpoints are numbered 1, 2, ... in the order
  * they complete; *id (may be NULL) gets this one's. Once it is complete the older
- * checkpoints are removed, and the log space compaction released since the last
- * checkpoint is given back to the file system. One checkpoint runs at a time: a
+ * checkpoints are removed and then the log space compaction released since the last
+ * checkpoint is given back to the file system (kept, with a log_fn line, while an
+ * older checkpoint cannot be removed). One checkpoint runs at a time: a
  * second caller waits for the first. EMBER_EREADONLY on a read-only store; an I/O
  * error leaves the previous checkpoint in place and returns the error.
  * Any thread may call it, but not from inside an rmw callback.

@@ -468,8 +468,10 @@ typedef struct ember_graph_buffer_options {
 	 * call). Open
 	 * fails with EMBER_ENOSPC if c slots do not fit; fewer prefetch slots are used
 	 * when they do not all fit; set_plan fails with EMBER_ENOSPC if a plan's edges
-	 * do not, and reads buckets as many states ahead as there are prefetch slots
-	 * only when those fit too (else one state ahead). 0: no limit. */
+	 * do not (nor, until next_state(0) frees them, beside the buckets the last
+	 * plan's last state still holds), and reads buckets as many states ahead as
+	 * there are prefetch slots only when those fit too (else one state ahead).
+	 * 0: no limit. */
 	uint64_t memory_budget;
 	/* Seed of the example shuffles. */
 	uint64_t seed;
@@ -520,7 +522,9 @@ int ember_graph_buffer_close(ember_graph_buffer *b);
  * previous one has run out (next_state returned EMBER_ENOTFOUND); EMBER_ESTATE
  * otherwise. EMBER_EINVAL for a plan that does not match the graph and buffer (a
  * state with repeated or out-of-range partitions, a bucket assigned to a state that
- * lacks one of its partitions). The first state starts loading at once.
+ * lacks one of its partitions). The first state's partitions start loading at
+ * once, and its buckets too where they fit beside those the last plan still holds
+ * (else next_state(0) reads them, once it has freed those).
  */
 int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *plan);
 

@@ -506,14 +506,7 @@ int hlog_fold(struct hlog *l, uint64_t upto, struct em_ring *ring)
 	 * only the block holding it may have been written again since (the flush
 	 * after a fold starts at the cursor's block) */
 	rc = em_io_fsync_from(ring, l->file, em_align_down(l->synced, EM_IO_ALIGN));
-	if (rc < 0) {
-		/* a failed fsync may have dropped the writes it reported on: a later
-		 * one could succeed without them, so the log stops (sticky) rather than
-		 * let a checkpoint claim them */
-		set_error(l, rc);
-		return rc;
-	}
-	if (upto > l->synced)
+	if (rc == 0 && upto > l->synced)
 		l->synced = upto;
 	return rc;
 }

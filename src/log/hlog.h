@@ -117,7 +117,7 @@ struct hlog {
 	_Atomic uint64_t begin;
 	_Atomic uint64_t alloc_need;
 	_Atomic uint64_t fold_request; /* read_only must reach this (a checkpoint's fold point) */
-	_Atomic int error; /* first I/O error (the worker's, or a fold's fsync), sticky */
+	_Atomic int error; /* first I/O error of the worker, sticky */
 	_Atomic uint64_t bytes_flushed;
 	_Atomic uint64_t held_writes; /* writes of a block held behind an earlier one (a statistic) */
 
@@ -187,8 +187,7 @@ void hlog_kick(struct hlog *l);
  * caller must not be epoch-protected (the move waits for every thread to leave the
  * epoch in which it could still update in place below upto). ring: the caller's
  * own idle ring, for the fsync. Returns 0, the log's sticky I/O error, or an fsync
- * error, which then becomes the log's sticky error too (a failed fsync may have
- * dropped what it reported on, and a retry could succeed without it).
+ * error (not sticky: the next fold fsyncs the same segments again).
  */
 int hlog_fold(struct hlog *l, uint64_t upto, struct em_ring *ring);
 /*

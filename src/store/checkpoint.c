@@ -156,25 +156,41 @@ static char *ck_path(struct ember_db *db, const char *name, const char *file)
 
 /* Remove one checkpoint directory and its files. Returns 0 or the first error
  * (a file already gone is fine). */
+/* Remove one checkpoint directory. What counts is its meta: without it the
+ * directory is a partial checkpoint that recovery never loads. So an error
+ * removing the meta is returned; once the meta is gone, a directory that stays
+ * (a stray file in it) has the meta's removal made durable by an fsync of the
+ * directory itself, and counts as removed. Returns 0 (gone), 1 (stays, without
+ * its meta) or an error. */
 static int remove_ckpt_dir(struct ember_db *db, const char *name)
 {
 	static const char *const files[] = {"meta", "meta.tmp", "hot.index", "cold.table"};
-	int rc = 0;
 	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
 		char *p = ck_path(db, name, files[i]);
 		if (!p)
 			return EMBER_ENOMEM;
-		if (unlink(p) != 0 && errno != ENOENT && rc == 0)
-			rc = -errno;
+		int rc = unlink(p) != 0 && errno != ENOENT ? -errno : 0;
 		em_free(p, 0);
+		if (rc < 0 && i == 0)
+			return rc; /* the meta stays: still a checkpoint */
 	}
 	char *d = ck_path(db, name, NULL);
 	if (!d)
 		return EMBER_ENOMEM;
-	if (rmdir(d) != 0 && errno != ENOENT && rc == 0)
-		rc = -errno;
+	int rc = 0;
+	if (rmdir(d) != 0 && errno != ENOENT) {
+		rc = em_dir_fsync(d); /* it stays, without its meta: make that durable */
+		if (rc == 0)
+			rc = 1;
+	}
 	em_free(d, 0);
 	return rc;
+}
+
+/* A checkpoint directory's name: 16 lowercase hex digits (its id). */
+static int ckpt_name_ok(const char *name)
+{
+	return strlen(name) == 16 && strspn(name, "0123456789abcdef") == 16;
 }
 
 /* ---- meta ------------------------------------------------------------------------ */
@@ -508,7 +524,7 @@ static int remove_others(struct ember_db *db, const char *keep)
 	int n = 0, more = 0;
 	struct dirent *de;
 	while ((de = readdir(d)))
-		if (de->d_name[0] != '.' && strlen(de->d_name) < 32 && strcmp(de->d_name, keep) != 0) {
+		if (ckpt_name_ok(de->d_name) && strcmp(de->d_name, keep) != 0) {
 			if (n == MAX_CKPT_DIRS) {
 				more = 1;
 				break;
@@ -516,14 +532,18 @@ static int remove_others(struct ember_db *db, const char *keep)
 			snprintf(names[n++], 32, "%s", de->d_name);
 		}
 	closedir(d);
-	int rc = 0;
+	int rc = 0, gone = 0;
 	for (int i = 0; i < n; i++) {
 		int r = remove_ckpt_dir(db, names[i]);
 		if (r < 0 && rc == 0)
 			rc = r;
+		gone += r == 0;
 	}
-	/* more than fit in one pass: go again (each pass removes what it listed) */
-	return rc == 0 && more ? remove_others(db, keep) : rc;
+	/* more than fit in one pass: go again, while passes remove directories (ones
+	 * that stay without their meta would be listed again and again) */
+	if (rc == 0 && more)
+		rc = gone ? remove_others(db, keep) : -ENOTEMPTY; /* some may still hold a meta */
+	return rc;
 }
 
 int ckpt_remove_all(struct ember_db *db)
@@ -824,7 +844,7 @@ static int list_names(struct ember_db *db, char names[][32], int cap)
 	int n = 0;
 	struct dirent *de;
 	while ((de = readdir(d))) {
-		if (strlen(de->d_name) != 16 || strspn(de->d_name, "0123456789abcdef") != 16)
+		if (!ckpt_name_ok(de->d_name))
 			continue;
 		if (n == cap && strcmp(de->d_name, names[n - 1]) <= 0)
 			continue; /* older than all kept */
@@ -886,8 +906,20 @@ int ember_checkpoint_list(ember_db *db, ember_checkpoint_info *out, size_t cap, 
 
 /* ---- recovery ------------------------------------------------------------------- */
 
+/* Errors that mean a checkpoint is damaged (recovery moves on to an older one);
+ * any other error fails the open (ckpt_find). */
+static int is_damage(int rc)
+{
+	return rc == EMBER_ECORRUPT || rc == EMBER_ENOTEMBER || rc == EMBER_EVERSION;
+}
+
 static void skip(struct ember_db *db, const char *name, const char *why, int code)
 {
+	if (!is_damage(code) && code != -ENOENT) { /* not skipped: the open fails */
+		db_report(db, "checkpoint %.31s cannot be read: %.120s (%.80s)", name, why,
+			  ember_strerror(code));
+		return;
+	}
 	db->recovery.checkpoints_skipped++;
 	snprintf(db->recovery.detail, sizeof(db->recovery.detail), "checkpoint %.31s skipped: %.120s (%.80s)",
 		 name, why, ember_strerror(code));
@@ -970,8 +1002,7 @@ int ckpt_find(struct ember_db *db, const struct store_geometry *geo, struct ckpt
 			snprintf(ck->chosen, sizeof(ck->chosen), "%.31s", names[i]);
 			break;
 		}
-		if (lrc < 0 && lrc != EMBER_ECORRUPT && lrc != EMBER_ENOTEMBER &&
-		    lrc != EMBER_EVERSION) {
+		if (lrc < 0 && !is_damage(lrc)) {
 			/* not damage (memory, an I/O error, permissions): falling back would
 			 * open an older state and remove this one; fail the open instead */
 			rc = lrc;
@@ -1140,7 +1171,25 @@ int ckpt_apply(struct ember_db *db, const struct ckpt_meta *m)
 	for (int k = 0; k < 3; k++)
 		ck->released[k] = ck->floor[k];
 	db->recovery.checkpoint_id = m->id;
-	if (!db->readonly)
-		(void)remove_others(db, ck->chosen); /* skipped ones: removed next time otherwise */
+	if (db->readonly)
+		return 0;
+	/* skipped ones go (removed next time otherwise); once that is durable, no
+	 * other checkpoint needs the segment files wholly below the logs' begins, and
+	 * a crash may have brought back ones released before it (file.h:
+	 * em_file_remove_below). Not before: a failed open must leave an older
+	 * checkpoint usable. */
+	char *top = ck_path(db, NULL, NULL);
+	if (!top)
+		return 0;
+	if (remove_others(db, ck->chosen) == 0 && em_dir_fsync(top) == 0) {
+		for (int k = COMPACT_HOT; k <= COMPACT_CHUNKS; k++) {
+			int n = em_file_remove_below(kind_file(db, k), ck->floor[k]);
+			if (n > 0)
+				db_report(db, "removed %d segment file%s below a log's begin", n,
+					  n == 1 ? "" : "s");
+			/* a failed removal only leaves disk space behind */
+		}
+	}
+	em_free(top, 0);
 	return 0;
 }

@@ -435,14 +435,7 @@ static int log_open(struct ember_db *db, const char *name, uint64_t mem, double 
 		rc = em_file_open_segmented(file, path, fl, (uint32_t)__builtin_ctzll(seg));
 		if (rc == 0 && begin && (rc = em_file_check_segments(file, begin, tail)) < 0)
 			em_file_close(file);
-		/* segments a crash brought back below begin: gone (file.h) */
-		if (rc == 0 && begin && !db->readonly) {
-			int n = em_file_remove_below(file, em_align_down(begin, EM_IO_ALIGN));
-			if (n > 0)
-				db_report(db, "%s: removed %d segment file%s below the log's begin", path,
-					  n, n == 1 ? "" : "s");
-			/* a failed removal only leaves disk space behind: not an open error */
-		}
+
 	} else {
 		/* a new one-file log: segments left by an earlier store go */
 		rc = !begin && !db->readonly ? em_file_remove_segments(path) : 0;

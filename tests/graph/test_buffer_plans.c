@@ -50,21 +50,33 @@ static void plan_blocks(tg_plan *tp, uint32_t ns, const uint32_t *first, const u
 				      .states = tp->states, .bucket_state = tp->bucket_state};
 }
 
-static void epoch(ember_graph_buffer *b, const tg_plan *tp)
+/* Every batch of the current state. */
+static void drain_state(ember_graph_buffer *b)
 {
-	CHECK_OK(ember_graph_buffer_set_plan(b, &tp->plan));
 	ember_graph_edge batch[512];
+	size_t n;
+	do
+		CHECK_OK(ember_graph_buffer_next_batch(b, batch, 512, &n));
+	while (n);
+}
+
+/* The states left of the plan set, each drained. */
+static void run_states(ember_graph_buffer *b)
+{
 	for (;;) {
 		ember_graph_state st;
 		int rc = ember_graph_buffer_next_state(b, &st);
 		if (rc == EMBER_ENOTFOUND)
 			break;
 		CHECK_OK(rc);
-		size_t n;
-		do
-			CHECK_OK(ember_graph_buffer_next_batch(b, batch, 512, &n));
-		while (n);
+		drain_state(b);
 	}
+}
+
+static void epoch(ember_graph_buffer *b, const tg_plan *tp)
+{
+	CHECK_OK(ember_graph_buffer_set_plan(b, &tp->plan));
+	run_states(b);
 }
 
 static void options(ember_graph_buffer_options *bo, uint64_t budget)
@@ -120,18 +132,8 @@ static void test_wrap(void)
 	CHECK_OK(ember_graph_buffer_next_state(b, &(ember_graph_state){0}));
 	check_peak(b, bo.memory_budget, "the second epoch's first state");
 	/* the rest of the second epoch */
-	ember_graph_edge batch[512];
-	for (;;) {
-		size_t n;
-		do
-			CHECK_OK(ember_graph_buffer_next_batch(b, batch, 512, &n));
-		while (n);
-		ember_graph_state st;
-		int rc = ember_graph_buffer_next_state(b, &st);
-		if (rc == EMBER_ENOTFOUND)
-			break;
-		CHECK_OK(rc);
-	}
+	drain_state(b);
+	run_states(b);
 	check_peak(b, bo.memory_budget, "the second epoch");
 	CHECK_OK(ember_graph_buffer_close(b));
 	printf("  wrap: budget %llu held through two epochs\n", (unsigned long long)bo.memory_budget);

@@ -392,6 +392,22 @@ static void buffered_fallback(void)
 	CHECK_OK(em_file_remove_segments(path));
 }
 
+/* A new segmented file at path with 64 KiB written at the start of each of its
+ * segments 0-3 (fill's bytes), and a ring of `depth`; returns the 64 KiB buffer
+ * (em_free it with 64 KiB). */
+static uint8_t *four_segments(const char *path, struct em_file *f, struct em_ring *r,
+			      unsigned depth)
+{
+	CHECK_OK(em_file_open_segmented(f, path, EM_FILE_CREATE | EM_FILE_TRUNCATE, SEG_BITS));
+	CHECK_OK(em_ring_init(r, depth));
+	uint8_t *buf = em_alloc_io(64 << 10);
+	CHECK(buf, "em_alloc_io");
+	fill(buf, 0, 64 << 10);
+	for (uint64_t n = 0; n < 4; n++)
+		CHECK_OK(em_io_pwrite(r, f, buf, 64 << 10, n << SEG_BITS));
+	return buf;
+}
+
 #if defined(EMBER_FAULT_INJECTION) && EMBER_FAULT_INJECTION
 #include "core/fault.h"
 
@@ -410,13 +426,8 @@ static uint64_t fsyncs(struct em_ring *r, struct em_file *f, uint64_t from)
 static void fsync_coverage(const char *path)
 {
 	struct em_file f;
-	CHECK_OK(em_file_open_segmented(&f, path, EM_FILE_CREATE | EM_FILE_TRUNCATE, SEG_BITS));
 	struct em_ring r;
-	CHECK_OK(em_ring_init(&r, 4));
-	uint8_t *buf = em_alloc_io(64 << 10);
-	fill(buf, 0, 64 << 10);
-	for (uint64_t n = 0; n < 4; n++)
-		CHECK_OK(em_io_pwrite(&r, &f, buf, 64 << 10, n << SEG_BITS));
+	uint8_t *buf = four_segments(path, &f, &r, 4);
 	uint64_t two = (UINT64_C(2) << SEG_BITS) + 100;
 	CHECK(fsyncs(&r, &f, two) == 2, "from segment 2: segments 2 and 3");
 	CHECK(fsyncs(&r, &f, 0) == 4, "from 0: all four");
@@ -444,13 +455,8 @@ static void fsync_coverage(const char *path)
 static void remove_below(const char *path)
 {
 	struct em_file f;
-	CHECK_OK(em_file_open_segmented(&f, path, EM_FILE_CREATE | EM_FILE_TRUNCATE, SEG_BITS));
 	struct em_ring r;
-	CHECK_OK(em_ring_init(&r, 2));
-	uint8_t *buf = em_alloc_io(64 << 10);
-	fill(buf, 0, 64 << 10);
-	for (uint64_t n = 0; n < 4; n++)
-		CHECK_OK(em_io_pwrite(&r, &f, buf, 64 << 10, n << SEG_BITS));
+	uint8_t *buf = four_segments(path, &f, &r, 2);
 	CHECK(em_file_remove_below(&f, (UINT64_C(2) << SEG_BITS) + 4096) == 2, "two removed");
 	CHECK(!seg_exists(path, 0) && !seg_exists(path, 1) && seg_exists(path, 2) &&
 	      seg_exists(path, 3), "segments 2 and 3 stay");

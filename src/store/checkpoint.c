@@ -171,6 +171,17 @@ static int remove_ckpt_dir(struct ember_db *db, const char *name)
 			return EMBER_ENOMEM;
 		int rc = unlink(p) != 0 && errno != ENOENT ? -errno : 0;
 		em_free(p, 0);
+		if (rc == -ENOTDIR && i == 0) {
+			/* a file, not a directory, under a checkpoint's name: no
+			 * checkpoint, and it would stop the checkpoint of that id (its
+			 * mkdir), so it goes */
+			char *d = ck_path(db, name, NULL);
+			if (!d)
+				return EMBER_ENOMEM;
+			rc = unlink(d) != 0 && errno != ENOENT ? -errno : 0;
+			em_free(d, 0);
+			return rc;
+		}
 		if (rc < 0 && i == 0)
 			return rc; /* the meta stays: still a checkpoint */
 	}
@@ -605,6 +616,11 @@ int ckpt_take(struct ember_db *db, uint64_t *id_out)
 	if (rc < 0)
 		goto out;
 	ring_ok = 1;
+	struct stat sb;
+	if (lstat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode) && unlink(dir) != 0) {
+		rc = -errno; /* a file under this checkpoint's name: in its directory's way */
+		goto out;
+	}
 	if ((mkdir(top, 0755) != 0 && errno != EEXIST) || (mkdir(dir, 0755) != 0 && errno != EEXIST)) {
 		rc = -errno;
 		goto out;
@@ -792,8 +808,11 @@ void ckpt_free(struct ember_db *db)
 /* ---- listing -------------------------------------------------------------------- */
 
 /* Read a whole (small) file into an aligned buffer of its size rounded up to 4 KiB.
- * Returns 0 with *out (em_free(.., 0)) and *len, or an error. */
-static int read_file(struct em_ring *ring, const char *path, uint8_t **out, size_t *len)
+ * Returns 0 with *out (em_free(.., 0)) and *len, or an error: EMBER_ECORRUPT when
+ * the file holds more than max bytes (checked before anything is allocated, so a
+ * damaged size never costs its memory or its reads). */
+static int read_file(struct em_ring *ring, const char *path, uint64_t max, uint8_t **out,
+		     size_t *len)
 {
 	struct em_file f;
 	int rc = em_file_open(&f, path, EM_FILE_READONLY);
@@ -802,6 +821,10 @@ static int read_file(struct em_ring *ring, const char *path, uint8_t **out, size
 	int64_t size = em_file_size(&f);
 	if (size < 0) {
 		rc = (int)size;
+		goto undo_open;
+	}
+	if ((uint64_t)size > max) {
+		rc = EMBER_ECORRUPT;
 		goto undo_open;
 	}
 	size_t cap = em_align_up((uint64_t)size, EM_IO_ALIGN);
@@ -865,8 +888,10 @@ static int read_meta(struct ember_db *db, struct em_ring *ring, const char *name
 		return EMBER_ENOMEM;
 	uint8_t *b = NULL;
 	size_t len = 0;
-	int rc = read_file(ring, p, &b, &len);
+	int rc = read_file(ring, p, CKPT_META_SIZE, &b, &len);
 	em_free(p, 0);
+	if (rc == -ENOTDIR)
+		rc = EMBER_ECORRUPT; /* a file where a checkpoint's directory belongs */
 	if (rc < 0)
 		return rc;
 	rc = ckpt_meta_parse(b, len, m);
@@ -960,7 +985,8 @@ static int load_one(struct ember_db *db, struct em_ring *ring, const char *name,
 	for (int i = 0; i < 2; i++) {
 		char *p = ck_path(db, name, files[i]);
 		size_t len = 0;
-		rc = p ? read_file(ring, p, &bufs[i], &len) : EMBER_ENOMEM;
+		rc = p ? read_file(ring, p, em_align_up(want_len[i], EM_IO_ALIGN), &bufs[i], &len)
+		       : EMBER_ENOMEM;
 		em_free(p, 0);
 		if (rc == -ENOENT)
 			rc = EMBER_ECORRUPT; /* a complete checkpoint lacks one of its files */

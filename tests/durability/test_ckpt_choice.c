@@ -11,6 +11,14 @@
  *   stray    a file in checkpoints/ and one inside an old checkpoint's directory:
  *            log space is still given back (the floor rises only once older
  *            checkpoints are removed, and these must not count as such).
+ *   huge     the newest checkpoint's meta grown to 1 TiB (a sparse file): skipped
+ *            as damaged without reading or allocating its size, and the older one
+ *            beside it recovered. Before, the open allocated the file's size and
+ *            failed with EMBER_ENOMEM.
+ *   file     a regular file under the next checkpoint's name: the open skips it
+ *            as damaged and removes it (it failed with -ENOTDIR), and a file put
+ *            there later does not stop the next checkpoint (it failed, and every
+ *            one after it, since they all took the same id).
  *   ioerror  (fault-injection builds) the newest checkpoint's meta cannot be read
  *            (an I/O error, not damage) while an older complete one is there: the
  *            open fails with the error and removes nothing, and succeeds on the
@@ -63,7 +71,7 @@ static void put_all(ember_db *db, uint32_t version)
 	CHECK_OK(ember_session_close(s));
 }
 
-/* Every key holds version (0: every key absent). */
+/* Every key holds version. */
 static void check_all(ember_db *db, uint32_t version, const char *when)
 {
 	ember_session *s;
@@ -233,6 +241,85 @@ static void test_stray(void)
 	CHECK(unlink(p) == 0 && rmdir(first) == 0, "the old checkpoint's leftover directory");
 }
 
+/* Two complete checkpoints (versions 6 and 7), the older one put back from a copy
+ * after the newer one's checkpoint removed it; names the newer's directory. */
+static void two_ckpts(char *newer, size_t n)
+{
+	ember_db *db = open_store(1);
+	put_all(db, 6);
+	uint64_t old_id = 0, new_id = 0;
+	CHECK_OK(ember_checkpoint(db, &old_id));
+	char old[600], aside[600];
+	ckpt_name(old, sizeof(old), old_id);
+	snprintf(aside, sizeof(aside), "%s/aside6", dir);
+	copy_ckpt(old, aside);
+	put_all(db, 7);
+	CHECK_OK(ember_checkpoint(db, &new_id));
+	CHECK_OK(ember_close(db));
+	if (!exists(old))
+		CHECK(rename(aside, old) == 0, "put back %s", old);
+	ckpt_name(newer, n, new_id);
+	CHECK(exists(newer), "no checkpoint %" PRIu64, new_id);
+}
+
+static void test_huge(void)
+{
+	char newer[600], meta[700];
+	two_ckpts(newer, sizeof(newer));
+	snprintf(meta, sizeof(meta), "%s/meta", newer);
+	CHECK(truncate(meta, (off_t)1 << 40) == 0, "truncate %s: %s", meta, strerror(errno));
+	ember_db *db = open_store(0);
+	CHECK(skipped(db) == 1, "%u checkpoints skipped, want the grown one", skipped(db));
+	check_all(db, 6, "the older checkpoint, the newer's meta grown");
+	CHECK(!exists(newer), "the damaged checkpoint stayed");
+	CHECK_OK(ember_close(db));
+	printf("  huge: a 1 TiB meta skipped unread, the older checkpoint recovered\n");
+}
+
+static void test_file(void)
+{
+	ember_db *db = open_store(1);
+	put_all(db, 8);
+	uint64_t id = 0;
+	CHECK_OK(ember_checkpoint(db, &id));
+	CHECK_OK(ember_close(db));
+	char p[600];
+	ckpt_name(p, sizeof(p), id + 1);
+	FILE *f = fopen(p, "w");
+	CHECK(f && fputs("not a checkpoint\n", f) >= 0 && fclose(f) == 0, "write %s", p);
+	db = open_store(0);
+	CHECK(skipped(db) == 1, "%u checkpoints skipped, want the file", skipped(db));
+	check_all(db, 8, "beside a file under a checkpoint's name");
+	CHECK(!exists(p), "the file stayed");
+	/* a file under the next checkpoint's name, put there while the store is open */
+	ckpt_name(p, sizeof(p), id + 1);
+	f = fopen(p, "w");
+	CHECK(f && fclose(f) == 0, "write %s", p);
+	put_all(db, 9);
+	uint64_t next = 0;
+	CHECK_OK(ember_checkpoint(db, &next));
+	CHECK(next == id + 1, "checkpoint %" PRIu64 ", want %" PRIu64, next, id + 1);
+	CHECK_OK(ember_close(db));
+	db = open_store(0);
+	CHECK(skipped(db) == 0, "%u checkpoints skipped", skipped(db));
+	check_all(db, 9, "after a checkpoint in the file's place");
+	CHECK_OK(ember_close(db));
+	/* and a truncating open removes such a file */
+	ckpt_name(p, sizeof(p), next + 5);
+	f = fopen(p, "w");
+	CHECK(f && fclose(f) == 0, "write %s", p);
+	db = open_store(1);
+	CHECK(!exists(p), "a truncating open kept the file");
+	ember_session *s;
+	CHECK_OK(ember_session_open(db, &s));
+	uint32_t v[8];
+	size_t vl = 0;
+	CHECK(ember_get(s, "k1", 2, v, sizeof(v), &vl) == EMBER_ENOTFOUND, "a key outlived the truncation");
+	CHECK_OK(ember_session_close(s));
+	CHECK_OK(ember_close(db));
+	printf("  file: skipped and removed at open, out of the next checkpoint's way\n");
+}
+
 #if defined(EMBER_FAULT_INJECTION) && EMBER_FAULT_INJECTION
 static void test_ioerror(void)
 {
@@ -290,6 +377,8 @@ int main(int argc, char **argv)
 	test_copy();
 	test_many();
 	test_stray();
+	test_huge();
+	test_file();
 #if defined(EMBER_FAULT_INJECTION) && EMBER_FAULT_INJECTION
 	test_ioerror();
 #endif

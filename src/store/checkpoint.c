@@ -559,7 +559,19 @@ static int remove_others(struct ember_db *db, const char *keep)
 
 int ckpt_remove_all(struct ember_db *db)
 {
-	return remove_others(db, "");
+	int rc = remove_others(db, "");
+	if (rc < 0)
+		return rc;
+	/* durable before the caller truncates the logs: a crash in between must not
+	 * bring back a checkpoint whose logs are gone (ext4 keeps this order anyway;
+	 * POSIX does not promise it) */
+	char *top = ck_path(db, NULL, NULL);
+	if (!top)
+		return EMBER_ENOMEM;
+	struct stat sb;
+	rc = stat(top, &sb) == 0 ? em_dir_fsync(top) : 0;
+	em_free(top, 0);
+	return rc;
 }
 
 int ckpt_active(struct ember_db *db)

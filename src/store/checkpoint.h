@@ -66,8 +66,8 @@ void ckpt_stop(struct ember_db *db);
 
 /* Take a checkpoint (ember_checkpoint). */
 int ckpt_take(struct ember_db *db, uint64_t *id);
-/* Remove every checkpoint directory (a store being created over an old one).
- * Returns 0 or the first error. */
+/* Remove every checkpoint directory (a store being created over an old one), and
+ * fsync checkpoints/ so the removal is durable. Returns 0 or the first error. */
 int ckpt_remove_all(struct ember_db *db);
 /* Has the store changed since the last complete checkpoint? */
 int ckpt_dirty(struct ember_db *db);

@@ -1021,7 +1021,9 @@ int ember_graph_import(ember_db *db, const char *name, const char *edges_path,
 	m->version = GRAPH_META_VERSION;
 	m->partitions = im.o.partitions;
 	m->dim = im.o.dim;
-	m->partition_size = (m->num_nodes + m->partitions - 1) / m->partitions;
+	/* ceil(num_nodes / p) without num_nodes + p - 1, which wraps for ids near 2^64
+	 * (to a partition size of 0, and a division by zero when edges are bucketed) */
+	m->partition_size = m->num_nodes / m->partitions + (m->num_nodes % m->partitions != 0);
 	if (m->partition_size > UINT32_MAX) {
 		rc = fail(&im, EMBER_EINVAL, 0, NULL, "more than 2^32-1 nodes per partition");
 		goto undo_session;

@@ -391,6 +391,18 @@ static void test_bad_args(ember_db *db)
 	b = o;
 	b.init_scale = -1.0f;
 	CHECK_RC(ember_graph_import(db, "x", path, &b, &res), EMBER_EINVAL);
+	/* ids near 2^64: ceil(num_nodes / p) must not wrap to a partition size of 0 */
+	char hp[600];
+	CHECK(tu_path_join(hp, sizeof(hp), g_dir, "huge.txt") == 0, "path");
+	tg_write_file(hp, "0 18446744073709551613\n"); /* scan: num_nodes = 2^64 - 2 */
+	b = o;
+	b.partitions = 4;
+	CHECK_RC(ember_graph_import(db, "x", hp, &b, &res), EMBER_EINVAL);
+	b.partitions = 2;
+	b.num_nodes = UINT64_MAX;
+	CHECK_RC(ember_graph_import(db, "x", hp, &b, &res), EMBER_EINVAL);
+	b.partitions = EMBER_GRAPH_MAX_PARTITIONS;
+	CHECK_RC(ember_graph_import(db, "x", hp, &b, &res), EMBER_EINVAL);
 	/* missing files */
 	CHECK_RC(ember_graph_import(db, "x", "/nonexistent/edges", &o, &res), -ENOENT);
 	b = o;

@@ -160,13 +160,19 @@ static int reader_fill(struct reader *r, size_t want)
 	return 0;
 }
 
-/* Next line (without its '\n'); *len = 0 and *line = NULL at the end. */
+/* Next line (without its '\n'); *len = 0 and *line = NULL at the end. A line of
+ * more than LINE_MAX_BYTES bytes (before its '\n') is EMBER_ECORRUPT wherever it
+ * lies: whole in the buffer, cut by the buffer's end, or last in the file. */
 static int reader_line(struct reader *r, const char **line, size_t *len)
 {
 	for (;;) {
 		uint8_t *start = r->buf + r->pos;
 		uint8_t *nl = memchr(start, '\n', r->len - r->pos);
 		if (nl) {
+			if ((size_t)(nl - start) > LINE_MAX_BYTES) {
+				r->line++;
+				return EMBER_ECORRUPT;
+			}
 			*line = (const char *)start;
 			*len = (size_t)(nl - start);
 			r->pos += *len + 1;
@@ -180,6 +186,10 @@ static int reader_line(struct reader *r, const char **line, size_t *len)
 				*len = 0;
 				return 0;
 			}
+			if (r->len - r->pos > LINE_MAX_BYTES) {
+				r->line++;
+				return EMBER_ECORRUPT;
+			}
 			*line = (const char *)start; /* a last line without '\n' */
 			*len = r->len - r->pos;
 			r->consumed += *len;
@@ -187,7 +197,7 @@ static int reader_line(struct reader *r, const char **line, size_t *len)
 			r->line++;
 			return 0;
 		}
-		if (r->len - r->pos >= LINE_MAX_BYTES) {
+		if (r->len - r->pos > LINE_MAX_BYTES) {
 			r->line++;
 			return EMBER_ECORRUPT;
 		}

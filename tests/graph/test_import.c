@@ -343,6 +343,55 @@ static void test_malformed(ember_db *db)
 	expect_line(db, "1 2\n3 4\n1 9\n", 3, 5);           /* id past num_nodes */
 }
 
+/* An edge line "1 2" padded with blanks to `len` bytes, then '\n' unless last. */
+static char *pad_line(char *at, size_t len, int newline)
+{
+	memset(at, ' ', len);
+	memcpy(at, "1 2", 3);
+	at += len;
+	if (newline)
+		*at++ = '\n';
+	*at = 0;
+	return at;
+}
+
+/* Lines longer than 4096 bytes are malformed wherever they lie in the file: whole
+ * in the reader's 1 MiB buffer, last without a '\n', or cut by the buffer's end;
+ * lines of 4096 bytes are fine in each place. */
+static void test_long_lines(ember_db *db)
+{
+	const size_t mib = 1u << 20;
+	char *t = malloc(2 * mib + 3 * 8192);
+	CHECK(t, "malloc");
+	char *at = pad_line(t, 3, 1);
+	pad_line(at, 5000, 1);
+	expect_line(db, t, 2, 0); /* whole in the buffer */
+	pad_line(at, 5000, 0);
+	expect_line(db, t, 2, 0); /* last, without '\n' */
+	pad_line(at, 4097, 1);
+	expect_line(db, t, 2, 0);
+	pad_line(at, 4096, 1);
+	expect_line(db, t, 0, 0);
+	pad_line(at, 4096, 0);
+	expect_line(db, t, 0, 0);
+	/* 10485 lines end 100 bytes before the buffer's end; line 10486 is cut by it */
+	at = t;
+	for (int i = 0; i < 10484; i++)
+		at = pad_line(at, 99, 1);
+	at = pad_line(at, mib - 100 - (size_t)(at - t) - 1, 1);
+	CHECK((size_t)(at - t) == mib - 100, "prefix %zu", (size_t)(at - t));
+	char *end = pad_line(at, 4096, 1);
+	pad_line(end, 3, 1);
+	expect_line(db, t, 0, 0);
+	end = pad_line(at, 4097, 1);
+	pad_line(end, 3, 1);
+	expect_line(db, t, 10486, 0);
+	end = pad_line(at, 5000, 1);
+	pad_line(end, 3, 1);
+	expect_line(db, t, 10486, 0);
+	free(t);
+}
+
 static void test_bad_args(ember_db *db)
 {
 	char path[600], bin[600];
@@ -496,6 +545,7 @@ int main(int argc, char **argv)
 	test_permutation(db);
 	test_node_file_and_train(db);
 	test_malformed(db);
+	test_long_lines(db);
 	test_bad_args(db);
 	CHECK_OK(ember_close(db));
 	tu_tmpdir_remove(g_dir);

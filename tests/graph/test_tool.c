@@ -5,7 +5,8 @@
  *           in the top bits: P(src top bit = 0) = a + b = 0.76 and P(dst top bit =
  *           0) = a + c = 0.76; the same seed gives the same file.
  *   import  the R-MAT file imports into a store and `info` describes it; a
- *           malformed file exits 1 naming its line; bad usage exits 2.
+ *           malformed file exits 1 naming its line; bad usage exits 2, and so do
+ *           numbers too large for their option (never cut to 32 bits or wrapped).
  */
 #include "test_graph_util.h"
 
@@ -86,6 +87,22 @@ int main(int argc, char **argv)
 	CHECK(strstr(out, "line 3"), "malformed output names the line: %s", out);
 	CHECK(run(out, sizeof(out), "info --store '%s' --name bad", st) == 1, "no graph: %s", out);
 	CHECK(run(out, sizeof(out), "import --store '%s' --name x", st) == 2, "usage: %s", out);
+	/* numbers that do not fit their option are usage errors, not cut or wrapped
+	 * values: 2^32 + 2 partitions is not 2, 2^32 chunk bytes not the default, and
+	 * 2^34 G of sort memory (2^64 bytes) not 0 (the default) */
+	static const char *const wrong[] = {
+		"--partitions 4294967298 --dim 2", "--partitions 2 --dim 4294967297",
+		"--partitions 2 --dim 2 --chunk 4294967296", "--partitions 2 --dim 2 --chunk 4G",
+		"--partitions 2 --dim 2 --sort-memory 17179869184G",
+		"--partitions 2 --dim 2 --num-nodes ' -1'", "--partitions 2 --dim 2 --scale abc",
+		"--partitions 2 --dim 2 --scale 0.5x"};
+	for (size_t i = 0; i < sizeof(wrong) / sizeof(wrong[0]); i++) {
+		CHECK(run(out, sizeof(out), "import --store '%s' --name w --edges '%s' %s --quiet",
+			  st, f1, wrong[i]) == 2,
+		      "%s: %s", wrong[i], out);
+		CHECK(run(out, sizeof(out), "info --store '%s' --name w", st) == 1,
+		      "%s made a graph: %s", wrong[i], out);
+	}
 	CHECK(run(out, sizeof(out), "rmat --scale 0 --out '%s'", f2) == 2, "usage: %s", out);
 	CHECK(run(out, sizeof(out), "rmat --scale 8 --a 0.9 --b 0.1 --c 0.1 --out '%s'", f2) == 2,
 	      "a+b+c >= 1: %s", out);

@@ -42,12 +42,17 @@ static void usage(void)
 	exit(2);
 }
 
+/* A decimal integer with an optional K, M or G suffix; -1 for anything else,
+ * including a sign, leading blanks (strtoull would take " -1" as 2^64 - 1) and a
+ * value that overflows once the suffix is applied. */
 static int parse_u64(const char *s, uint64_t *out)
 {
 	char *end = NULL;
+	if (*s < '0' || *s > '9')
+		return -1;
 	errno = 0;
 	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || end == s || *s == '-')
+	if (errno || end == s)
 		return -1;
 	uint64_t mul = 1;
 	if (*end == 'K' || *end == 'k')
@@ -58,7 +63,7 @@ static int parse_u64(const char *s, uint64_t *out)
 		mul = 1ull << 30;
 	if (mul != 1)
 		end++;
-	if (*end)
+	if (*end || (uint64_t)v > UINT64_MAX / mul)
 		return -1;
 	*out = (uint64_t)v * mul;
 	return 0;
@@ -69,6 +74,30 @@ static uint64_t need_u64(const char *opt, const char *v)
 	uint64_t x;
 	if (!v || parse_u64(v, &x) < 0) {
 		fprintf(stderr, "ember-graph: %s wants a non-negative integer\n", opt);
+		exit(2);
+	}
+	return x;
+}
+
+/* An option stored in a uint32_t field: out of range is a usage error, not a value
+ * silently cut to its low 32 bits (--partitions 4294967298 would import p = 2). */
+static uint32_t need_u32(const char *opt, const char *v)
+{
+	uint64_t x = need_u64(opt, v);
+	if (x > UINT32_MAX) {
+		fprintf(stderr, "ember-graph: %s is out of range (at most %u)\n", opt, UINT32_MAX);
+		exit(2);
+	}
+	return (uint32_t)x;
+}
+
+/* A number that is the whole argument ("0.1x" or "abc" is a usage error, not 0). */
+static double need_double(const char *opt, const char *v)
+{
+	char *end = NULL;
+	double x = v ? strtod(v, &end) : 0;
+	if (!v || end == v || *end) {
+		fprintf(stderr, "ember-graph: %s wants a number\n", opt);
 		exit(2);
 	}
 	return x;
@@ -113,13 +142,13 @@ static int cmd_import(int argc, char **argv)
 		else if (!strcmp(a, "--edges") && v)
 			edges = argv[++i];
 		else if (!strcmp(a, "--partitions"))
-			o.partitions = (uint32_t)need_u64(a, v), i++;
+			o.partitions = need_u32(a, v), i++;
 		else if (!strcmp(a, "--dim"))
-			o.dim = (uint32_t)need_u64(a, v), i++;
+			o.dim = need_u32(a, v), i++;
 		else if (!strcmp(a, "--binary"))
 			o.format = EMBER_GRAPH_BINARY;
 		else if (!strcmp(a, "--fields"))
-			o.binary_fields = (uint32_t)need_u64(a, v), i++;
+			o.binary_fields = need_u32(a, v), i++;
 		else if (!strcmp(a, "--num-nodes"))
 			o.num_nodes = need_u64(a, v), i++;
 		else if (!strcmp(a, "--seed"))
@@ -134,8 +163,8 @@ static int cmd_import(int argc, char **argv)
 				o.init = EMBER_GRAPH_INIT_FILE;
 			else
 				usage();
-		} else if (!strcmp(a, "--scale") && v)
-			o.init_scale = strtof(argv[++i], NULL);
+		} else if (!strcmp(a, "--scale"))
+			o.init_scale = (float)need_double(a, v), i++;
 		else if (!strcmp(a, "--node-data") && v)
 			o.node_data_path = argv[++i];
 		else if (!strcmp(a, "--train") && v)
@@ -145,7 +174,7 @@ static int cmd_import(int argc, char **argv)
 		else if (!strcmp(a, "--sort-memory"))
 			o.memory_budget = need_u64(a, v), i++;
 		else if (!strcmp(a, "--chunk"))
-			o.chunk_bytes = (uint32_t)need_u64(a, v), i++;
+			o.chunk_bytes = need_u32(a, v), i++;
 		else if (!strcmp(a, "--log-memory"))
 			log_memory = need_u64(a, v), i++;
 		else if (!strcmp(a, "--truncate"))
@@ -223,12 +252,12 @@ static int cmd_rmat(int argc, char **argv)
 			ef = need_u64(o, v), i++;
 		else if (!strcmp(o, "--seed"))
 			seed = need_u64(o, v), i++;
-		else if (!strcmp(o, "--a") && v)
-			a = strtod(argv[++i], NULL);
-		else if (!strcmp(o, "--b") && v)
-			b = strtod(argv[++i], NULL);
-		else if (!strcmp(o, "--c") && v)
-			c = strtod(argv[++i], NULL);
+		else if (!strcmp(o, "--a"))
+			a = need_double(o, v), i++;
+		else if (!strcmp(o, "--b"))
+			b = need_double(o, v), i++;
+		else if (!strcmp(o, "--c"))
+			c = need_double(o, v), i++;
 		else if (!strcmp(o, "--binary"))
 			binary = 1;
 		else if (!strcmp(o, "--out") && v)

@@ -337,8 +337,9 @@ typedef struct ember_graph_import_options {
 	/* With EMBER_GRAPH_INIT_FILE: the node data file (required then). */
 	const char *node_data_path;
 	/* Optional: training nodes for node classification, one original id per line
-	 * (text, '#' comments and blank lines allowed). Kept in memory during import
-	 * (8 bytes per training node). */
+	 * (text, '#' comments and blank lines allowed; a file that names no node is
+	 * malformed, since 0 training nodes means every node trains). Kept in memory
+	 * during import (8 bytes per training node). */
 	const char *train_nodes_path;
 	/* Directory for sorted run files (default $TMPDIR or /tmp); they are removed
 	 * before the call returns. */

@@ -904,6 +904,12 @@ static int train_pass(struct import *im, uint64_t *train_counts)
 	}
 	if (rc < 0)
 		goto undo_ids;
+	if (n == 0) {
+		/* train_nodes = 0 means every node trains: a file that names no node must
+		 * not be stored as the opposite of what it says */
+		rc = fail(im, EMBER_ECORRUPT, 0, "train nodes", "the training node file names no node");
+		goto undo_ids;
+	}
 	qsort(ids, n, 8, u64_cmp);
 	size_t u = 0;
 	for (size_t i = 0; i < n; i++) /* repeated ids count once */

@@ -471,6 +471,10 @@ static void test_bad_args(ember_db *db)
 	CHECK_RC(ember_graph_import(db, "x", path, &b, &res), EMBER_ECORRUPT);
 	CHECK(res.error_line == 4 && !strcmp(res.error_file, "train nodes"), "train line %llu",
 	      (unsigned long long)res.error_line);
+	/* a training file that names no node: not "every node trains" (train_nodes 0) */
+	tg_write_file(tp, "# none of them\n\n");
+	CHECK_RC(ember_graph_import(db, "x", path, &b, &res), EMBER_ECORRUPT);
+	CHECK(!strcmp(res.error_file, "train nodes"), "error_file %s", res.error_file);
 	tg_write_file(tp, "1\n4\n");
 	CHECK_RC(ember_graph_import(db, "x", path, &b, &res), EMBER_ECORRUPT); /* 4 >= n */
 	CHECK(res.error_line == 2, "train line %llu", (unsigned long long)res.error_line);

@@ -10,7 +10,8 @@
  *             local, rel, dst local); fill a buffer of memory_budget bytes, sort it
  *             by (bucket, src, dst, rel) and write it out as a run file.
  *   3. merge  merge the runs (a heap over one read buffer per run). With more runs
- *             than the budget gives read buffers for (fan-in), runs are first merged
+ *             than the budget gives read buffers for, or than half the descriptors
+ *             the process may still open (fan-in), runs are first merged
  *             in groups into longer runs (merge passes). The final merge feeds the
  *             bucket writer, which cuts each bucket into chunks of edges_per_chunk
  *             12-byte records and puts them. If everything fits in one buffer no
@@ -28,6 +29,7 @@
  */
 #include "graph/graph_int.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -35,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -671,6 +674,26 @@ undo_mem:
 	return rc;
 }
 
+/* Run files one merge may hold open: half of the descriptors the process may still
+ * open (the RLIMIT_NOFILE soft limit less those open now), leaving the other half
+ * to the store, which opens files of its own while the final merge puts chunks.
+ * Without it the fan-in (up to 1024) alone passes the usual limit of 1024. */
+static uint64_t fd_room(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+		return UINT64_MAX;
+	DIR *d = opendir("/proc/self/fd");
+	if (!d)
+		return UINT64_MAX; /* no count: the limit is met as EMFILE, reported */
+	uint64_t open_now = 0;
+	while (readdir(d))
+		open_now++;
+	closedir(d);
+	open_now = open_now > 3 ? open_now - 3 : 0; /* ".", ".." and d's own */
+	return (uint64_t)rl.rlim_cur > open_now ? ((uint64_t)rl.rlim_cur - open_now) / 2 : 0;
+}
+
 /* ---- the sort pass ------------------------------------------------------------------ */
 
 static int sort_pass(struct import *im)
@@ -740,11 +763,12 @@ static int sort_pass(struct import *im)
 	recs = NULL;
 	reader_close(&r);
 	/* merge passes until one final merge can take every run */
-	uint32_t fanin = (uint32_t)(im->o.memory_budget / MERGE_MIN_BUF) - 1;
-	if (fanin < 2)
-		fanin = 2;
-	if (fanin > 1024)
-		fanin = 1024;
+	uint64_t fan = im->o.memory_budget / MERGE_MIN_BUF - 1, room = fd_room();
+	if (fan > 1024)
+		fan = 1024;
+	if (fan > room)
+		fan = room;
+	uint32_t fanin = fan < 2 ? 2 : (uint32_t)fan;
 	uint32_t first = 0, live = im->nruns;
 	while (live > fanin) {
 		uint32_t k = live - fanin + 1 < fanin ? live - fanin + 1 : fanin;

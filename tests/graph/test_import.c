@@ -5,6 +5,7 @@
  *               sorted in memory and through run files with merge passes: every
  *               input edge is in the store exactly once, in the bucket of its new
  *               ids' partitions, mapped through the permutation; buckets sorted.
+ *   fd limit    merges under a tight RLIMIT_NOFILE: the fan-in fits the limit.
  *   permutation a bijection, and to_original inverts to_new.
  *   node data   zero, uniform (in range, deterministic) and file initialisers.
  *   train nodes the stored set equals the file's (repeats once).
@@ -14,7 +15,9 @@
 #include "test_graph_util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <sys/resource.h>
 
 static char g_dir[512];
 
@@ -531,6 +534,28 @@ static void test_bad_args(ember_db *db)
 	CHECK_OK(ember_graph_close(NULL));
 }
 
+static int open_fds(void)
+{
+	int n = 0;
+	for (int fd = 0; fd < 4096; fd++)
+		n += fcntl(fd, F_GETFD) >= 0;
+	return n;
+}
+
+/* A merge holds one descriptor per run: under a tight RLIMIT_NOFILE the fan-in
+ * shrinks to what can be opened (1 MiB of sort memory alone allows 15 runs at once,
+ * here 17 runs and 12 spare descriptors), and the import succeeds. */
+static void test_fd_limit(ember_db *db)
+{
+	struct rlimit old, tight;
+	CHECK(getrlimit(RLIMIT_NOFILE, &old) == 0, "getrlimit");
+	tight = old;
+	tight.rlim_cur = (rlim_t)open_fds() + 12;
+	CHECK(setrlimit(RLIMIT_NOFILE, &tight) == 0, "setrlimit");
+	roundtrip(db, "fds", 1, 0, 1u << 16, 16 * 65536 + 99, 4, 1u << 20, 1);
+	CHECK(setrlimit(RLIMIT_NOFILE, &old) == 0, "setrlimit");
+}
+
 int main(int argc, char **argv)
 {
 	tu_init("graph_import", argc, argv);
@@ -546,6 +571,7 @@ int main(int argc, char **argv)
 		roundtrip(db, "runs", 1, 0, 1u << 20, 20 * 65536 + 777, 32, 1u << 20, 1);
 	else
 		roundtrip(db, "runs", 1, 0, 1u << 20, 3 * 65536 + 777, 32, 1u << 20, 0);
+	test_fd_limit(db);
 	test_permutation(db);
 	test_node_file_and_train(db);
 	test_malformed(db);

@@ -339,7 +339,8 @@ typedef struct ember_graph_import_options {
 	/* Optional: training nodes for node classification, one original id per line
 	 * (text, '#' comments and blank lines allowed; a file that names no node is
 	 * malformed, since 0 training nodes means every node trains). Kept in memory
-	 * during import (8 bytes per training node). */
+	 * during import (8 to 32 bytes per training node, however often the file
+	 * repeats one). */
 	const char *train_nodes_path;
 	/* Directory for sorted run files (default $TMPDIR or /tmp); they are removed
 	 * before the call returns. */

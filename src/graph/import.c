@@ -867,6 +867,21 @@ static int u64_cmp(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* Sort ids[0..n) and drop repeats; returns how many are left. */
+static size_t ids_unique(uint64_t *ids, size_t n)
+{
+	qsort(ids, n, 8, u64_cmp);
+	size_t u = 0;
+	for (size_t i = 0; i < n; i++)
+		if (u == 0 || ids[u - 1] != ids[i])
+			ids[u++] = ids[i];
+	return u;
+}
+
+/* Training ids are made sorted and unique whenever their array fills, and it grows
+ * only when more than half of it is then distinct ids: its size follows the number
+ * of training nodes (under 4 x 8 bytes each), not the number of lines, however
+ * often the file repeats an id. */
 static int train_pass(struct import *im, uint64_t *train_counts)
 {
 	struct graph_meta *m = &im->meta;
@@ -914,15 +929,18 @@ static int train_pass(struct import *im, uint64_t *train_counts)
 			break;
 		}
 		if (n == cap) {
-			uint64_t *bigger = em_alloc(cap * 2 * 8);
-			if (!bigger) {
-				rc = fail(im, EMBER_ENOMEM, 0, NULL, "out of memory");
-				break;
+			n = ids_unique(ids, n); /* full: repeats cost no memory */
+			if (n > cap / 2) {
+				uint64_t *bigger = em_alloc(cap * 2 * 8);
+				if (!bigger) {
+					rc = fail(im, EMBER_ENOMEM, 0, NULL, "out of memory");
+					break;
+				}
+				memcpy(bigger, ids, n * 8);
+				em_free(ids, 0);
+				ids = bigger;
+				cap *= 2;
 			}
-			memcpy(bigger, ids, cap * 8);
-			em_free(ids, 0);
-			ids = bigger;
-			cap *= 2;
 		}
 		ids[n++] = graph_perm_fwd(&im->perm, v);
 	}
@@ -934,11 +952,7 @@ static int train_pass(struct import *im, uint64_t *train_counts)
 		rc = fail(im, EMBER_ECORRUPT, 0, "train nodes", "the training node file names no node");
 		goto undo_ids;
 	}
-	qsort(ids, n, 8, u64_cmp);
-	size_t u = 0;
-	for (size_t i = 0; i < n; i++) /* repeated ids count once */
-		if (u == 0 || ids[u - 1] != ids[i])
-			ids[u++] = ids[i];
+	size_t u = ids_unique(ids, n);
 	chunk = em_alloc((size_t)m->train_per_chunk * 4);
 	if (!chunk) {
 		rc = fail(im, EMBER_ENOMEM, 0, NULL, "out of memory");

@@ -75,7 +75,7 @@
 #define META_VERSION 1u
 #define WBUF_SIZE (1u << 20)   /* file writer's staging buffer */
 #define REPLAY_WINDOW (4u << 20)
-#define MAX_CKPT_DIRS 64       /* directories looked at by recovery */
+#define MAX_CKPT_DIRS 64       /* directory names listed at a time */
 
 struct ckpt {
 	pthread_mutex_t mu; /* one checkpoint at a time; guards last, have_last */
@@ -863,8 +863,10 @@ undo_open:
 	return rc;
 }
 
-/* Names of checkpoint directories, newest (largest id) first. */
-static int list_names(struct ember_db *db, char names[][32], int cap)
+/* Names of checkpoint directories older than below (NULL: any), newest (largest
+ * id) first: the newest cap of them. Returns how many (cap: there may be more; the
+ * next window starts below the last) or an error. */
+static int list_names(struct ember_db *db, char names[][32], int cap, const char *below)
 {
 	char *top = ck_path(db, NULL, NULL);
 	if (!top)
@@ -879,7 +881,7 @@ static int list_names(struct ember_db *db, char names[][32], int cap)
 	int n = 0;
 	struct dirent *de;
 	while ((de = readdir(d))) {
-		if (!ckpt_name_ok(de->d_name))
+		if (!ckpt_name_ok(de->d_name) || (below && strcmp(de->d_name, below) >= 0))
 			continue;
 		if (n == cap && strcmp(de->d_name, names[n - 1]) <= 0)
 			continue; /* older than all kept */
@@ -921,17 +923,25 @@ int ember_checkpoint_list(ember_db *db, ember_checkpoint_info *out, size_t cap, 
 	if (rc < 0)
 		return rc;
 	pthread_mutex_lock(&db->ck->mu); /* not while one is being written or removed */
-	int n = list_names(db, names, MAX_CKPT_DIRS);
 	size_t k = 0;
-	rc = n < 0 ? n : 0;
-	for (int i = 0; i < n; i++) {
-		struct ckpt_meta m;
-		if (read_meta(db, &ring, names[i], &m) < 0)
-			continue;
-		if (k < cap)
-			out[k] = (ember_checkpoint_info){m.id, m.time_unix, m.hot_begin, m.hot_end,
-							 m.cold_begin, m.cold_end, m.index_entries};
-		k++;
+	char below[32];
+	int n = MAX_CKPT_DIRS;
+	/* window after window of MAX_CKPT_DIRS names, until none is left */
+	for (int w = 0; rc == 0 && n == MAX_CKPT_DIRS; w++) {
+		n = list_names(db, names, MAX_CKPT_DIRS, w ? below : NULL);
+		rc = n < 0 ? n : 0;
+		for (int i = 0; i < n; i++) {
+			struct ckpt_meta m;
+			if (read_meta(db, &ring, names[i], &m) < 0)
+				continue;
+			if (k < cap)
+				out[k] = (ember_checkpoint_info){m.id, m.time_unix, m.hot_begin,
+								 m.hot_end, m.cold_begin, m.cold_end,
+								 m.index_entries};
+			k++;
+		}
+		if (n > 0)
+			memcpy(below, names[n - 1], 32);
 	}
 	pthread_mutex_unlock(&db->ck->mu);
 	em_ring_exit(&ring);
@@ -1030,27 +1040,39 @@ int ckpt_find(struct ember_db *db, const struct store_geometry *geo, struct ckpt
 	int rc = em_ring_init(&ring, 2);
 	if (rc < 0)
 		return rc;
-	int n = list_names(db, names, MAX_CKPT_DIRS);
-	rc = n < 0 ? n : 0;
-	int complete_seen = 0;
-	for (int i = 0; i < n; i++) {
-		int lrc = load_one(db, &ring, names[i], geo, m);
-		if (lrc == 0) {
-			*found = 1;
-			snprintf(ck->chosen, sizeof(ck->chosen), "%.31s", names[i]);
-			break;
+	int complete_seen = 0, listed = 0, n = MAX_CKPT_DIRS;
+	char below[32];
+	/* window after window of MAX_CKPT_DIRS names, newest first, until one is
+	 * found or none is left: a complete checkpoint below the newest window is
+	 * still found (with only partial ones in that window, the store started
+	 * empty and every directory went, the complete one with them) */
+	for (int w = 0; rc == 0 && !*found && n == MAX_CKPT_DIRS; w++) {
+		n = list_names(db, names, MAX_CKPT_DIRS, w ? below : NULL);
+		rc = n < 0 ? n : 0;
+		for (int i = 0; i < n; i++) {
+			int lrc = load_one(db, &ring, names[i], geo, m);
+			if (lrc == 0) {
+				*found = 1;
+				snprintf(ck->chosen, sizeof(ck->chosen), "%.31s", names[i]);
+				break;
+			}
+			if (lrc < 0 && !is_damage(lrc)) {
+				/* not damage (memory, an I/O error, permissions): falling back
+				 * would open an older state and remove this one; fail the open
+				 * instead */
+				rc = lrc;
+				break;
+			}
+			if (lrc != 1)
+				complete_seen = 1; /* a meta existed: data may be lost if we go on empty */
 		}
-		if (lrc < 0 && !is_damage(lrc)) {
-			/* not damage (memory, an I/O error, permissions): falling back would
-			 * open an older state and remove this one; fail the open instead */
-			rc = lrc;
-			break;
+		if (n > 0) {
+			listed += n;
+			memcpy(below, names[n - 1], 32);
 		}
-		if (lrc != 1)
-			complete_seen = 1; /* a meta existed: data may be lost if we go on empty */
 	}
 	em_ring_exit(&ring);
-	if (rc == 0 && !*found && !complete_seen && n > 0 && !db->readonly)
+	if (rc == 0 && !*found && !complete_seen && listed > 0 && !db->readonly)
 		(void)remove_others(db, ""); /* only partial ones: the store starts empty */
 	if (rc == 0 && !*found && complete_seen) {
 		db_report(db, "no usable checkpoint in %s/%s: every complete one is damaged",

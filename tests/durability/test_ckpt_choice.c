@@ -19,6 +19,12 @@
  *            as damaged and removes it (it failed with -ENOTDIR), and a file put
  *            there later does not stop the next checkpoint (it failed, and every
  *            one after it, since they all took the same id).
+ *   above    70 partial directories with newer ids than the one complete checkpoint
+ *            (what checkpoints that never completed leave): the open recovers it,
+ *            a read-only open lists it, and the read-write open removes only the
+ *            partial ones. Before, recovery looked at the newest 64 only: it found
+ *            none complete, started the store empty and removed every directory,
+ *            the complete checkpoint with them.
  *   ioerror  (fault-injection builds) the newest checkpoint's meta cannot be read
  *            (an I/O error, not damage) while an older complete one is there: the
  *            open fails with the error and removes nothing, and succeeds on the
@@ -320,6 +326,60 @@ static void test_file(void)
 	printf("  file: skipped and removed at open, out of the next checkpoint's way\n");
 }
 
+/* n partial directories (no meta) with ids first, first + 1, ... */
+static void partial_dirs(uint64_t first, int n)
+{
+	for (int i = 0; i < n; i++) {
+		char p[600];
+		ckpt_name(p, sizeof(p), first + (uint64_t)i);
+		CHECK(mkdir(p, 0755) == 0, "mkdir %s: %s", p, strerror(errno));
+	}
+}
+
+static void test_above(void)
+{
+	ember_db *db = open_store(1);
+	put_all(db, 10);
+	uint64_t id = 0;
+	CHECK_OK(ember_checkpoint(db, &id));
+	CHECK_OK(ember_close(db));
+	char real[600];
+	ckpt_name(real, sizeof(real), id);
+	partial_dirs(id + 1, 70);
+	/* read-only: recovered and listed, nothing removed */
+	ember_options o;
+	ember_options_default(&o);
+	o.log_memory = 1u << 20;
+	o.page_size = 64u << 10;
+	o.index_buckets = 1u << 10;
+	o.flags = EMBER_OPEN_READONLY;
+	db = NULL;
+	CHECK_OK(ember_open(dir, &o, &db));
+	ember_recovery_info ri;
+	CHECK_OK(ember_recovery_info_get(db, &ri));
+	CHECK(ri.checkpoint_id == id, "read-only: recovered checkpoint %" PRIu64 ", want %" PRIu64,
+	      ri.checkpoint_id, id);
+	check_all(db, 10, "read-only, beside 70 newer partial directories");
+	ember_checkpoint_info info[2];
+	size_t n = 0;
+	CHECK_OK(ember_checkpoint_list(db, info, 2, &n));
+	CHECK(n == 1 && info[0].id == id, "read-only: %zu checkpoints listed, want %" PRIu64, n, id);
+	CHECK_OK(ember_close(db));
+	char last[600];
+	ckpt_name(last, sizeof(last), id + 70);
+	CHECK(exists(last), "a read-only open removed a partial directory");
+	/* read-write: recovered, the partial ones removed, the checkpoint kept */
+	db = open_store(0);
+	CHECK_OK(ember_recovery_info_get(db, &ri));
+	CHECK(ri.checkpoint_id == id, "recovered checkpoint %" PRIu64 ", want %" PRIu64,
+	      ri.checkpoint_id, id);
+	check_all(db, 10, "beside 70 newer partial directories");
+	CHECK(exists(real), "the complete checkpoint was removed");
+	CHECK(!exists(last), "a partial directory stayed");
+	CHECK_OK(ember_close(db));
+	printf("  above: the complete checkpoint found below 70 newer partial directories\n");
+}
+
 #if defined(EMBER_FAULT_INJECTION) && EMBER_FAULT_INJECTION
 static void test_ioerror(void)
 {
@@ -379,6 +439,7 @@ int main(int argc, char **argv)
 	test_stray();
 	test_huge();
 	test_file();
+	test_above();
 #if defined(EMBER_FAULT_INJECTION) && EMBER_FAULT_INJECTION
 	test_ioerror();
 #endif

@@ -400,8 +400,10 @@ typedef struct ember_checkpoint_info {
 	uint64_t index_entries; /* hot index entries it saved */
 } ember_checkpoint_info;
 
-/* The complete checkpoints, newest first: up to cap in out[], their number in *n.
- * Returns 0 (or EMBER_ERANGE when there are more than cap: *n says how many). */
+/* The complete checkpoints, newest first: up to cap in out[], their number in *n
+ * (those recovery would consider: a directory whose meta names another id, a copy,
+ * is not one). Returns 0 (or EMBER_ERANGE when there are more than cap: *n says how
+ * many), or the error of a meta that cannot be read (an I/O error, memory). */
 int ember_checkpoint_list(ember_db *db, ember_checkpoint_info *out, size_t cap, size_t *n);
 
 /* What ember_open recovered. */

@@ -913,6 +913,14 @@ static int read_meta(struct ember_db *db, struct em_ring *ring, const char *name
 	return rc;
 }
 
+/* Errors that mean a checkpoint is damaged (recovery moves on to an older one);
+ * any other error fails the open (ckpt_find)
+ * and ember_checkpoint_list. */
+static int is_damage(int rc)
+{
+	return rc == EMBER_ECORRUPT || rc == EMBER_ENOTEMBER || rc == EMBER_EVERSION;
+}
+
 int ember_checkpoint_list(ember_db *db, ember_checkpoint_info *out, size_t cap, size_t *n_out)
 {
 	if (!db || db->magic != DB_MAGIC || !n_out || (cap && !out))
@@ -932,8 +940,17 @@ int ember_checkpoint_list(ember_db *db, ember_checkpoint_info *out, size_t cap, 
 		rc = n < 0 ? n : 0;
 		for (int i = 0; i < n; i++) {
 			struct ckpt_meta m;
-			if (read_meta(db, &ring, names[i], &m) < 0)
-				continue;
+			char want[32];
+			int mrc = read_meta(db, &ring, names[i], &m);
+			if (mrc == -ENOENT || is_damage(mrc))
+				continue; /* partial or damaged: no complete checkpoint */
+			if (mrc < 0) {
+				rc = mrc; /* an I/O error, memory: not "no checkpoint" */
+				break;
+			}
+			snprintf(want, sizeof(want), "%016" PRIx64, m.id);
+			if (strcmp(want, names[i]) != 0)
+				continue; /* a copy: no checkpoint of that id (load_one) */
 			if (k < cap)
 				out[k] = (ember_checkpoint_info){m.id, m.time_unix, m.hot_begin,
 								 m.hot_end, m.cold_begin, m.cold_end,
@@ -952,13 +969,6 @@ int ember_checkpoint_list(ember_db *db, ember_checkpoint_info *out, size_t cap, 
 }
 
 /* ---- recovery ------------------------------------------------------------------- */
-
-/* Errors that mean a checkpoint is damaged (recovery moves on to an older one);
- * any other error fails the open (ckpt_find). */
-static int is_damage(int rc)
-{
-	return rc == EMBER_ECORRUPT || rc == EMBER_ENOTEMBER || rc == EMBER_EVERSION;
-}
 
 static void skip(struct ember_db *db, const char *name, const char *why, int code)
 {

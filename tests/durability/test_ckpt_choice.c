@@ -25,6 +25,12 @@
  *            partial ones. Before, recovery looked at the newest 64 only: it found
  *            none complete, started the store empty and removed every directory,
  *            the complete checkpoint with them.
+ *   list     ember_checkpoint_list beside a copy under a newer id (a read-only
+ *            open keeps it): the real checkpoint only, as recovery sees it.
+ *            Before, the copy was listed too, under the id its meta names: that
+ *            id twice. And (fault-injection builds) a meta that cannot be read
+ *            (an I/O error) fails the call. Before, the checkpoint was left out
+ *            and the call returned 0: "no checkpoints".
  *   ioerror  (fault-injection builds) the newest checkpoint's meta cannot be read
  *            (an I/O error, not damage) while an older complete one is there: the
  *            open fails with the error and removes nothing, and succeeds on the
@@ -380,6 +386,47 @@ static void test_above(void)
 	printf("  above: the complete checkpoint found below 70 newer partial directories\n");
 }
 
+static void test_list(void)
+{
+	ember_db *db = open_store(1);
+	put_all(db, 11);
+	uint64_t id = 0;
+	CHECK_OK(ember_checkpoint(db, &id));
+	CHECK_OK(ember_close(db));
+	char real[600], copy[600];
+	ckpt_name(real, sizeof(real), id);
+	ckpt_name(copy, sizeof(copy), id + 100);
+	copy_ckpt(real, copy);
+	ember_options o;
+	ember_options_default(&o);
+	o.log_memory = 1u << 20;
+	o.page_size = 64u << 10;
+	o.index_buckets = 1u << 10;
+	o.flags = EMBER_OPEN_READONLY;
+	db = NULL;
+	CHECK_OK(ember_open(dir, &o, &db));
+	ember_checkpoint_info info[4];
+	size_t n = 0;
+	CHECK_OK(ember_checkpoint_list(db, info, 4, &n));
+	CHECK(n == 1 && info[0].id == id, "%zu checkpoints listed beside the copy (first %" PRIu64
+	      "), want %" PRIu64 " only", n, n ? info[0].id : 0, id);
+#if defined(EMBER_FAULT_INJECTION) && EMBER_FAULT_INJECTION
+	struct em_fault_spec all = {.every = 1};
+	CHECK_OK(em_fault_arm(EM_FAULT_IO_READ, &all));
+	n = 0;
+	int rc = ember_checkpoint_list(db, info, 4, &n);
+	em_fault_disarm(EM_FAULT_IO_READ);
+	CHECK(rc < 0 && rc != EMBER_ERANGE, "a meta's read error: %d, %zu listed", rc, n);
+	CHECK_OK(ember_checkpoint_list(db, info, 4, &n));
+	CHECK(n == 1 && info[0].id == id, "%zu listed once the error is gone", n);
+#endif
+	CHECK_OK(ember_close(db));
+	db = open_store(0); /* removes the copy */
+	CHECK(!exists(copy), "the copy stayed");
+	CHECK_OK(ember_close(db));
+	printf("  list: the real checkpoint only; a read error is returned\n");
+}
+
 #if defined(EMBER_FAULT_INJECTION) && EMBER_FAULT_INJECTION
 static void test_ioerror(void)
 {
@@ -440,6 +487,7 @@ int main(int argc, char **argv)
 	test_huge();
 	test_file();
 	test_above();
+	test_list();
 #if defined(EMBER_FAULT_INJECTION) && EMBER_FAULT_INJECTION
 	test_ioerror();
 #endif

@@ -154,46 +154,48 @@ static char *ck_path(struct ember_db *db, const char *name, const char *file)
 	return p;
 }
 
-/* Remove one checkpoint directory and its files. Returns 0 or the first error
- * (a file already gone is fine). */
 /* Remove one checkpoint directory. What counts is its meta: without it the
  * directory is a partial checkpoint that recovery never loads. So an error
  * removing the meta is returned; once the meta is gone, a directory that stays
  * (a stray file in it) has the meta's removal made durable by an fsync of the
- * directory itself, and counts as removed. Returns 0 (gone), 1 (stays, without
- * its meta) or an error. */
+ * directory itself, and counts as removed. Anything else under the name (a file,
+ * a symbolic link) is unlinked itself, never followed. Returns 0 (gone), 1
+ * (stays, without its meta) or an error. */
 static int remove_ckpt_dir(struct ember_db *db, const char *name)
 {
 	static const char *const files[] = {"meta", "meta.tmp", "hot.index", "cold.table"};
-	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-		char *p = ck_path(db, name, files[i]);
-		if (!p)
-			return EMBER_ENOMEM;
-		int rc = unlink(p) != 0 && errno != ENOENT ? -errno : 0;
-		em_free(p, 0);
-		if (rc == -ENOTDIR && i == 0) {
-			/* a file, not a directory, under a checkpoint's name: no
-			 * checkpoint, and it would stop the checkpoint of that id (its
-			 * mkdir), so it goes */
-			char *d = ck_path(db, name, NULL);
-			if (!d)
-				return EMBER_ENOMEM;
-			rc = unlink(d) != 0 && errno != ENOENT ? -errno : 0;
-			em_free(d, 0);
-			return rc;
-		}
-		if (rc < 0 && i == 0)
-			return rc; /* the meta stays: still a checkpoint */
-	}
 	char *d = ck_path(db, name, NULL);
 	if (!d)
 		return EMBER_ENOMEM;
 	int rc = 0;
+	struct stat sb;
+	if (lstat(d, &sb) == 0 && !S_ISDIR(sb.st_mode)) {
+		/* a file or a symbolic link, not a directory, under a checkpoint's name:
+		 * no checkpoint of Ember's, and it would stop the checkpoint of that id
+		 * (its mkdir), so it goes. The entry only: through a link, the files of
+		 * whatever it led to went, and a dangling one failed the removal
+		 * (-ENOENT) at every checkpoint, so log space was never given back */
+		rc = unlink(d) != 0 && errno != ENOENT ? -errno : 0;
+		goto out;
+	}
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		char *p = ck_path(db, name, files[i]);
+		if (!p) {
+			rc = EMBER_ENOMEM;
+			goto out;
+		}
+		rc = unlink(p) != 0 && errno != ENOENT ? -errno : 0;
+		em_free(p, 0);
+		if (rc < 0 && i == 0)
+			goto out; /* the meta stays: still a checkpoint */
+	}
+	rc = 0;
 	if (rmdir(d) != 0 && errno != ENOENT) {
 		rc = em_dir_fsync(d); /* it stays, without its meta: make that durable */
 		if (rc == 0)
 			rc = 1;
 	}
+out:
 	em_free(d, 0);
 	return rc;
 }

@@ -31,6 +31,12 @@
  *            id twice. And (fault-injection builds) a meta that cannot be read
  *            (an I/O error) fails the call. Before, the checkpoint was left out
  *            and the call returned 0: "no checkpoints".
+ *   link     symbolic links under older checkpoints' names, one dangling and one
+ *            to a directory outside checkpoints/ holding a checkpoint's files: the
+ *            next checkpoint removes the links, and only them, and gives log
+ *            space back. Before, the dangling link's removal failed (-ENOENT) at
+ *            every checkpoint, so log space was never given back, and the files
+ *            the other link led to were deleted.
  *   ioerror  (fault-injection builds) the newest checkpoint's meta cannot be read
  *            (an I/O error, not damage) while an older complete one is there: the
  *            open fails with the error and removes nothing, and succeeds on the
@@ -427,6 +433,61 @@ static void test_list(void)
 	printf("  list: the real checkpoint only; a read error is returned\n");
 }
 
+static int removal_failed; /* log_fn lines saying older checkpoints stayed */
+
+static void count_removal_failed(void *arg, const char *line)
+{
+	(void)arg;
+	if (strstr(line, "removing older checkpoints failed"))
+		removal_failed++;
+	fprintf(stderr, "ember: %s\n", line);
+}
+
+static void test_link(void)
+{
+	ember_db *db = open_store(1);
+	put_all(db, 12);
+	uint64_t id = 0;
+	CHECK_OK(ember_checkpoint(db, &id));
+	put_all(db, 12);
+	CHECK_OK(ember_checkpoint(db, &id)); /* id 2: 1 is an older name */
+	CHECK_OK(ember_close(db));
+	char real[600], outside[600], dangling[600], to_dir[600], p[700];
+	ckpt_name(real, sizeof(real), id);
+	snprintf(outside, sizeof(outside), "%s/outside", dir);
+	copy_ckpt(real, outside);
+	ckpt_name(dangling, sizeof(dangling), 0);
+	snprintf(p, sizeof(p), "%s/nowhere", dir);
+	CHECK(symlink(p, dangling) == 0, "symlink %s: %s", dangling, strerror(errno));
+	ckpt_name(to_dir, sizeof(to_dir), id - 1);
+	CHECK(symlink(outside, to_dir) == 0, "symlink %s: %s", to_dir, strerror(errno));
+	ember_options o;
+	ember_options_default(&o);
+	o.log_memory = 1u << 20;
+	o.page_size = 64u << 10;
+	o.index_buckets = 1u << 10;
+	o.log_fn = count_removal_failed;
+	db = NULL;
+	CHECK_OK(ember_open(dir, &o, &db));
+	check_all(db, 12, "beside links under older names");
+	removal_failed = 0;
+	put_all(db, 13);
+	CHECK_OK(ember_checkpoint(db, NULL));
+	CHECK(removal_failed == 0, "a checkpoint could not remove the links");
+	struct stat st;
+	CHECK(lstat(dangling, &st) != 0 && lstat(to_dir, &st) != 0, "a link stayed");
+	snprintf(p, sizeof(p), "%s/meta", outside);
+	CHECK(exists(p), "the files a link led to were deleted");
+	CHECK_OK(ember_close(db));
+	static const char *const files[3] = {"meta", "hot.index", "cold.table"};
+	for (int i = 0; i < 3; i++) {
+		snprintf(p, sizeof(p), "%s/%s", outside, files[i]);
+		CHECK(unlink(p) == 0, "unlink %s", p);
+	}
+	CHECK(rmdir(outside) == 0, "rmdir %s", outside);
+	printf("  link: the links removed, and only them\n");
+}
+
 #if defined(EMBER_FAULT_INJECTION) && EMBER_FAULT_INJECTION
 static void test_ioerror(void)
 {
@@ -488,6 +549,7 @@ int main(int argc, char **argv)
 	test_file();
 	test_above();
 	test_list();
+	test_link();
 #if defined(EMBER_FAULT_INJECTION) && EMBER_FAULT_INJECTION
 	test_ioerror();
 #endif

@@ -11,10 +11,10 @@
  *   stray    a file in checkpoints/ and one inside an old checkpoint's directory:
  *            log space is still given back (the floor rises only once older
  *            checkpoints are removed, and these must not count as such).
- *   huge     the newest checkpoint's meta grown to 1 TiB (a sparse file): skipped
- *            as damaged without reading or allocating its size, and the older one
- *            beside it recovered. Before, the open allocated the file's size and
- *            failed with EMBER_ENOMEM.
+ *   huge     the newest checkpoint's meta, then its hot.index, grown to 1 TiB (a
+ *            sparse file): skipped as damaged without reading or allocating its
+ *            size, and the older one beside it recovered. Before, the open
+ *            allocated the file's size and failed with EMBER_ENOMEM.
  *   file     a regular file under the next checkpoint's name: the open skips it
  *            as damaged and removes it (it failed with -ENOTDIR), and a file put
  *            there later does not stop the next checkpoint (it failed, and every
@@ -291,7 +291,17 @@ static void test_huge(void)
 	check_all(db, 6, "the older checkpoint, the newer's meta grown");
 	CHECK(!exists(newer), "the damaged checkpoint stayed");
 	CHECK_OK(ember_close(db));
-	printf("  huge: a 1 TiB meta skipped unread, the older checkpoint recovered\n");
+	/* the same with its hot.index grown (its size bounded by the meta's count) */
+	two_ckpts(newer, sizeof(newer));
+	snprintf(meta, sizeof(meta), "%s/hot.index", newer);
+	CHECK(truncate(meta, (off_t)1 << 40) == 0, "truncate %s: %s", meta, strerror(errno));
+	db = open_store(0);
+	CHECK(skipped(db) == 1, "%u checkpoints skipped, want the grown one", skipped(db));
+	check_all(db, 6, "the older checkpoint, the newer's hot.index grown");
+	CHECK(!exists(newer), "the damaged checkpoint stayed");
+	CHECK_OK(ember_close(db));
+	printf("  huge: a 1 TiB meta or hot.index skipped unread, the older checkpoint "
+	       "recovered\n");
 }
 
 static void test_file(void)

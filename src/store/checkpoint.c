@@ -916,8 +916,7 @@ static int read_meta(struct ember_db *db, struct em_ring *ring, const char *name
 }
 
 /* Errors that mean a checkpoint is damaged (recovery moves on to an older one);
- * any other error fails the open (ckpt_find)
- * and ember_checkpoint_list. */
+ * any other error fails the open (ckpt_find) and ember_checkpoint_list. */
 static int is_damage(int rc)
 {
 	return rc == EMBER_ECORRUPT || rc == EMBER_ENOTEMBER || rc == EMBER_EVERSION;

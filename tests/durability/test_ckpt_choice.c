@@ -33,10 +33,11 @@
  *            and the call returned 0: "no checkpoints".
  *   link     symbolic links under older checkpoints' names, one dangling and one
  *            to a directory outside checkpoints/ holding a checkpoint's files: the
- *            next checkpoint removes the links, and only them, and gives log
- *            space back. Before, the dangling link's removal failed (-ENOENT) at
- *            every checkpoint, so log space was never given back, and the files
- *            the other link led to were deleted.
+ *            open removes the links, and only them, and the next checkpoint
+ *            removes its older ones (log space is given back). Before, the
+ *            dangling link's removal failed (-ENOENT) at the open and at every
+ *            checkpoint, so log space was never given back, and the files the
+ *            other link led to were deleted.
  *   ioerror  (fault-injection builds) the newest checkpoint's meta cannot be read
  *            (an I/O error, not damage) while an older complete one is there: the
  *            open fails with the error and removes nothing, and succeeds on the

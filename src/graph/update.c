@@ -358,8 +358,12 @@ void graph_upd_drain(ember_graph_buffer *b)
 static int update_args(const ember_graph_buffer *b, size_t n, const uint64_t *nodes,
 		       const float *rows, int mode)
 {
+	size_t row_bytes;
 	if (!b || (n && (!nodes || !rows)) ||
 	    (mode != EMBER_GRAPH_UPDATE_ADD && mode != EMBER_GRAPH_UPDATE_SET))
+		return EMBER_EINVAL;
+	/* rows[] is n x dim floats: no array of a size that overflows size_t exists */
+	if (__builtin_mul_overflow(n, (size_t)b->dim * sizeof(float), &row_bytes))
 		return EMBER_EINVAL;
 	return 0;
 }
@@ -397,13 +401,17 @@ int ember_graph_buffer_update_async(ember_graph_buffer *b, size_t n, const uint6
 	if (n == 0)
 		return 0;
 	if (n > b->upd_cap) {
-		size_t cap = n < 1024 ? 1024 : n;
+		size_t cap = n < 1024 ? 1024 : n, cap_bytes;
+		/* n x 8 bytes that overflow size_t cannot be allocated (with dim 1 the
+		 * rows' n x 4 still fit: update_args let n through) */
+		if (__builtin_mul_overflow(cap, sizeof(float *), &cap_bytes))
+			return EMBER_ENOMEM;
 		/* the row pointers count against memory_budget beside all the plan may
 		 * hold at its peak (plan_need): where that leaves no room for them, the
 		 * update is applied in this call instead */
-		if (b->budget && b->plan_need + cap * sizeof(float *) > b->budget)
+		if (b->budget && (cap_bytes > b->budget || b->plan_need > b->budget - cap_bytes))
 			return ember_graph_buffer_update(b, n, nodes, rows, mode);
-		float **rp = em_alloc(cap * sizeof(float *));
+		float **rp = em_alloc(cap_bytes);
 		if (!rp)
 			return EMBER_ENOMEM;
 		em_free(b->upd_rowp, 0);

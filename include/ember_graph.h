@@ -250,6 +250,7 @@ int ember_graph_ordering_simulate(uint32_t p, uint32_t c, int kind,
  *                        another by a plan. One trainer thread at a time calls its
  *                        functions; threads of its own read and write partitions,
  *                        and apply asynchronous updates, in the background.
+ *                        Close it after every sampler on it is closed.
  *   ember_graph_sampler  neighbourhood sampling over the buffer's current state.
  *                        Each sampler belongs to one thread; several samplers may
  *                        run at once on one buffer, but never during
@@ -516,7 +517,8 @@ int ember_graph_buffer_open(ember_graph *g, const ember_graph_buffer_options *op
 			    ember_graph_buffer **b);
 
 /* Write back every dirty partition, stop the background threads and free the
- * buffer. Returns the first background error, if any. Accepts NULL. */
+ * buffer. Returns the first background error, if any. Its samplers must be
+ * closed first: EMBER_EBUSY (nothing done) while one is open. Accepts NULL. */
 int ember_graph_buffer_close(ember_graph_buffer *b);
 
 /*

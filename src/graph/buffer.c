@@ -935,6 +935,9 @@ int ember_graph_buffer_close(ember_graph_buffer *b)
 {
 	if (!b)
 		return 0;
+	/* a sampler keeps b and reads it in every run (relaxed: caller-ordered) */
+	if (atomic_load_explicit(&b->samplers, memory_order_relaxed) > 0)
+		return EMBER_EBUSY;
 	pthread_mutex_lock(&b->mu);
 	/* loads in flight finish first (their slots may be flushed afterwards) */
 	for (;;) {

@@ -243,6 +243,8 @@ struct ember_graph_buffer {
 	size_t upd_cap;
 	atomic_uint upd_pending; /* = upd_busy, for lock-free readers (update.c, 5) */
 
+	atomic_int samplers;     /* open samplers (relaxed: a use count checked at close) */
+
 	ember_graph_buffer_stats st;
 };
 

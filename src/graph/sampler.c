@@ -92,6 +92,7 @@ int ember_graph_sampler_open(ember_graph_buffer *b, const ember_graph_sampler_op
 		return EMBER_ENOMEM;
 	}
 	em_rng_seed(s->rng, opts->seed ^ 0x452821e638d01377ull);
+	atomic_fetch_add_explicit(&b->samplers, 1, memory_order_relaxed); /* relaxed: a use count */
 	*out = s;
 	return 0;
 }
@@ -100,6 +101,7 @@ void ember_graph_sampler_close(ember_graph_sampler *s)
 {
 	if (!s)
 		return;
+	atomic_fetch_sub_explicit(&s->b->samplers, 1, memory_order_relaxed); /* relaxed: a use count */
 	em_free(s->nodes, 0);
 	em_free(s->edst, 0);
 	em_free(s->esrc, 0);

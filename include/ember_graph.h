@@ -579,8 +579,9 @@ enum {
 /*
  * Write n rows (n x dim floats) into the nodes given (new ids, each in a partition
  * of the current state) and mark their partitions dirty. EMBER_EINVAL, with nothing
- * written, if any node is not in the current state; EMBER_ESTATE without a state.
- * Applied in the call, after an outstanding asynchronous update.
+ * written, if any node is not in the current state or n x dim x 4 overflows size_t;
+ * EMBER_ESTATE without a state. Applied in the call, after an outstanding
+ * asynchronous update.
  */
 int ember_graph_buffer_update(ember_graph_buffer *b, size_t n, const uint64_t *nodes,
 			      const float *rows, int mode);
@@ -601,7 +602,8 @@ int ember_graph_buffer_update(ember_graph_buffer *b, size_t n, const uint64_t *n
  * stats.update_wait_seconds. Uses n x 8 bytes of the buffer's memory (counted in
  * memory_bytes and memory_budget): where the budget leaves no room for them beside
  * what the plan may hold at its peak, the update is applied in the call instead,
- * as ember_graph_buffer_update does (and stats.updates_async does not count it).
+ * as ember_graph_buffer_update does (and stats.updates_async does not count it);
+ * EMBER_ENOMEM where n x 8 overflows size_t.
  */
 int ember_graph_buffer_update_async(ember_graph_buffer *b, size_t n, const uint64_t *nodes,
 				    const float *rows, int mode);

@@ -75,8 +75,10 @@ int session_create(ember_db *db, int internal, ember_session **out)
 	}
 	uint32_t qd = db->opts.io_queue_depth;
 	rc = em_ring_init(&s->ring, qd);
-	if (rc < 0)
+	if (rc < 0) {
+		rc = rc == -ENOMEM ? EMBER_ENOMEM : rc; /* one code for memory, as elsewhere */
 		goto undo;
+	}
 	s->io = em_zalloc(sizeof(*s->io) * qd);
 	s->io_free = em_alloc(sizeof(*s->io_free) * qd);
 	if (!s->io || !s->io_free) {

@@ -161,6 +161,17 @@ static void alloc_hooks(void)
 	CHECK_RC(ember_open(dir, NULL, &db), EMBER_ENOMEM);
 	CHECK(db == NULL, "*db left NULL");
 	em_fault_disarm_all();
+	/* a session whose ring cannot be set up for memory: EMBER_ENOMEM too, not
+	 * -ENOMEM (the graph and cache layers passed -12 through) */
+	CHECK_OK(ember_open(dir, NULL, &db));
+	ember_session *s = (ember_session *)1;
+	CHECK_OK(em_fault_arm(EM_FAULT_RING_INIT, &sp));
+	CHECK_RC(ember_session_open(db, &s), EMBER_ENOMEM);
+	CHECK(s == NULL, "*session left NULL");
+	CHECK_OK(ember_session_open(db, &s));
+	CHECK_OK(ember_session_close(s));
+	CHECK_OK(ember_close(db));
+	em_fault_disarm_all();
 	tu_tmpdir_remove(dir);
 }
 

@@ -907,7 +907,10 @@ static int read_meta(struct ember_db *db, struct em_ring *ring, const char *name
 	int rc = read_file(ring, p, CKPT_META_SIZE, &b, &len);
 	em_free(p, 0);
 	if (rc == -ENOTDIR)
-		rc = EMBER_ECORRUPT; /* a file where a checkpoint's directory belongs */
+		rc = -ENOENT; /* a file under a checkpoint's name was never one (Ember
+			       * writes directories): as a partial one, it is skipped
+			       * and removed, and never fails an open that has no
+			       * complete checkpoint ("every complete one is damaged") */
 	if (rc < 0)
 		return rc;
 	rc = ckpt_meta_parse(b, len, m);

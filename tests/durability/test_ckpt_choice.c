@@ -16,9 +16,10 @@
  *            size, and the older one beside it recovered. Before, the open
  *            allocated the file's size and failed with EMBER_ENOMEM.
  *   file     a regular file under the next checkpoint's name: the open skips it
- *            as damaged and removes it (it failed with -ENOTDIR), and a file put
- *            there later does not stop the next checkpoint (it failed, and every
- *            one after it, since they all took the same id).
+ *            as a partial checkpoint and removes it (it failed with -ENOTDIR; as
+ *            damage, it failed an open that had no complete checkpoint), and a
+ *            file put there later does not stop the next checkpoint (it failed,
+ *            and every one after it, since they all took the same id).
  *   above    70 partial directories with newer ids than the one complete checkpoint
  *            (what checkpoints that never completed leave): the open recovers it,
  *            a read-only open lists it, and the read-write open removes only the
@@ -345,6 +346,14 @@ static void test_file(void)
 	size_t vl = 0;
 	CHECK(ember_get(s, "k1", 2, v, sizeof(v), &vl) == EMBER_ENOTFOUND, "a key outlived the truncation");
 	CHECK_OK(ember_session_close(s));
+	CHECK_OK(ember_close(db));
+	/* a store with no checkpoint at all (nothing written) beside such a file opens:
+	 * the file is no damaged checkpoint */
+	ckpt_name(p, sizeof(p), 1);
+	f = fopen(p, "w");
+	CHECK(f && fclose(f) == 0, "write %s", p);
+	db = open_store(0);
+	CHECK(!exists(p), "the file stayed beside no checkpoint");
 	CHECK_OK(ember_close(db));
 	printf("  file: skipped and removed at open, out of the next checkpoint's way\n");
 }

@@ -195,7 +195,11 @@ static int layout_resolve(const ember_options *o, const struct store_geometry *g
 	lay->hot_budget = o->hot_disk_budget ? o->hot_disk_budget : 16 * lay->hot_mem;
 	if (lay->hot_budget < 2 * lay->hot_mem)
 		lay->hot_budget = 2 * lay->hot_mem;
-	lay->cold_budget = o->cold_disk_budget ? o->cold_disk_budget : 4 * lay->hot_budget;
+	/* saturating: a hot budget of 2^62 or more ("no limit") must not wrap the
+	 * cold one round to a few MiB */
+	lay->cold_budget = o->cold_disk_budget	       ? o->cold_disk_budget
+			   : lay->hot_budget > UINT64_MAX / 4 ? UINT64_MAX
+							      : 4 * lay->hot_budget;
 	if (lay->cold_budget < 2 * lay->cold_mem)
 		lay->cold_budget = 2 * lay->cold_mem;
 	/* live chunks plus room for their garbage */

@@ -861,6 +861,41 @@ static void test_bad_options(void)
 	tu_tmpdir_remove(dir);
 }
 
+/*
+ * A huge hot_disk_budget ("no limit") must not wrap the cold log's default budget
+ * (4 x hot_disk_budget) round to almost nothing: with 2^62 the product is 0 mod
+ * 2^64, and the cold log ended up with the 2 x cold_log_memory floor, so a forced
+ * compaction of a few MiB of live data into it made every later put EMBER_ENOSPC.
+ */
+static void test_huge_disk_budget(void)
+{
+	static const uint64_t budgets[] = { UINT64_C(1) << 61, UINT64_C(1) << 62,
+					    (UINT64_C(1) << 62) + (UINT64_C(1) << 20), UINT64_MAX };
+	for (size_t b = 0; b < sizeof(budgets) / sizeof(budgets[0]); b++) {
+		char dir[512];
+		CHECK(tu_tmpdir_make("api-budget", dir, sizeof(dir)) == 0, "mkdtemp");
+		ember_options o;
+		small_opts(&o);
+		o.log_memory = 1u << 20;       /* 16 pages */
+		o.cold_log_memory = 1u << 20;  /* floor of the cold budget: 2 MiB */
+		o.hot_disk_budget = budgets[b];
+		ember_db *db = NULL;
+		CHECK_OK(ember_open(dir, &o, &db));
+		ember_session *s = NULL;
+		CHECK_OK(ember_session_open(db, &s));
+		char val[1024];
+		memset(val, 'v', sizeof(val));
+		for (uint32_t i = 0; i < 6000; i++) /* about 6 MiB live */
+			CHECK_OK(ember_put(s, &i, sizeof(i), val, sizeof(val)));
+		CHECK_OK(ember_compact(db, 1));
+		uint32_t k = 999999;
+		int rc = ember_put(s, &k, sizeof(k), val, sizeof(val));
+		CHECK(rc == 0, "hot_disk_budget %#llx: put after compaction: %d (%s)",
+		      (unsigned long long)budgets[b], rc, ember_strerror(rc));
+		close_and_remove(db, s, dir);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	tu_init("api_errors", argc, argv);
@@ -884,6 +919,7 @@ int main(int argc, char **argv)
 		{ "open_dirs", test_open_dirs },
 		{ "open_superblock", test_open_superblock },
 		{ "bad_options", test_bad_options },
+		{ "huge_disk_budget", test_huge_disk_budget },
 	};
 	/*
 	 * Each test runs in a child process, so one failure does not hide the checks

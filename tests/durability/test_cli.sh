@@ -120,6 +120,10 @@ run 2 "$D" put k "@$TMP/does-not-exist"
 err_has "does-not-exist"
 run 2 "$D" dump --limit
 err_has "--limit needs a number"
+for bad in " -1" "-1" "+1" " 5" "1k" "18446744073709551616" "0x10"; do
+	run 2 "$D" dump --limit "$bad"
+	err_has "--limit needs a number"
+done
 run 2 "$D" dump --frob
 err_has "unknown option --frob"
 run 2 "$D" compact --hard

@@ -256,7 +256,9 @@ static int parse_u64(const char *s, uint64_t *out)
 {
 	char *end;
 	errno = 0;
-	if (!*s || *s == '-')
+	/* digits only: strtoull would also take leading blanks and a sign, and
+	 * wrap " -1" round to 2^64 - 1 */
+	if (*s < '0' || *s > '9')
 		return -1;
 	unsigned long long v = strtoull(s, &end, 10);
 	if (errno || *end)

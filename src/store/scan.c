@@ -919,15 +919,29 @@ static int iter_log(struct iter *it, struct hlog *log, struct em_file *f, const 
 	return rc;
 }
 
-/* The store this thread is walking (ember_iterate called from its own fn would wait
- * for the pass_mu it holds: it gets EMBER_ESTATE instead). */
-static _Thread_local struct ember_db *walking;
+/* The stores this thread is walking, innermost first: a walk's fn may walk another
+ * store, so this is a stack of frames on the walkers' own stacks. ember_iterate
+ * called (however deep) from the fn of a walk of the same store would wait for
+ * the pass_mu that walk holds: it gets EMBER_ESTATE instead. */
+struct walk_frame {
+	struct ember_db *db;
+	struct walk_frame *outer;
+};
+static _Thread_local struct walk_frame *walking;
+
+static int walking_over(const struct ember_db *db)
+{
+	for (const struct walk_frame *f = walking; f; f = f->outer)
+		if (f->db == db)
+			return 1;
+	return 0;
+}
 
 int ember_iterate(ember_db *db, ember_iter_fn fn, void *arg)
 {
 	if (!db || db->magic != DB_MAGIC || !fn)
 		return EMBER_EINVAL;
-	if (walking == db)
+	if (walking_over(db))
 		return EMBER_ESTATE;
 	struct iter it = {.db = db, .fn = fn, .arg = arg};
 	int rc = walk_session(db, &it.st, &it.s);
@@ -946,7 +960,8 @@ int ember_iterate(ember_db *db, ember_iter_fn fn, void *arg)
 	struct compactor *comp = db->comp;
 	if (comp)
 		pthread_mutex_lock(&comp->pass_mu); /* note 5 */
-	walking = db;
+	struct walk_frame frame = {db, walking};
+	walking = &frame;
 	it.t_hot = hlog_load(&db->hot->tail);
 	it.t_cold = hlog_load(&db->cold->tail);
 	wait_epoch(db);
@@ -956,7 +971,7 @@ int ember_iterate(ember_db *db, ember_iter_fn fn, void *arg)
 	if (rc == 0)
 		rc = iter_log(&it, db->cold, &db->cold_file, "cold.log", db->cold_max_record,
 			      it.t_cold, ST_SHADOW);
-	walking = NULL;
+	walking = frame.outer;
 	if (comp)
 		pthread_mutex_unlock(&comp->pass_mu);
 undo_alloc:

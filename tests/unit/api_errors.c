@@ -896,6 +896,64 @@ static void test_huge_disk_budget(void)
 	}
 }
 
+/*
+ * ember_iterate on the store being walked, from its own fn, returns EMBER_ESTATE,
+ * also after fn walked another store first: the inner walk used to clear the
+ * thread's "walking" mark on its way out, so the outer store's second walk then
+ * waited for the compaction lock its own thread held (a hang).
+ */
+struct nested_walk {
+	ember_db *self, *other;
+	int calls, inner_other, inner_self;
+};
+
+static int count_fn(void *arg, const void *k, size_t kl, const void *v, size_t vl)
+{
+	(void)k, (void)kl, (void)v, (void)vl;
+	++*(int *)arg;
+	return 0;
+}
+
+static int nested_fn(void *arg, const void *k, size_t kl, const void *v, size_t vl)
+{
+	(void)k, (void)kl, (void)v, (void)vl;
+	struct nested_walk *w = arg;
+	if (w->calls++ == 0) {
+		int n = 0;
+		w->inner_other = ember_iterate(w->other, count_fn, &n);
+		if (w->inner_other == 0 && n != 1)
+			w->inner_other = -1;
+		w->inner_self = ember_iterate(w->self, count_fn, &n);
+	}
+	return 0;
+}
+
+static void test_iterate_nested(void)
+{
+	char da[512], db_[512];
+	ember_db *a = open_small(da, sizeof(da), "api-walk-a");
+	ember_db *b = open_small(db_, sizeof(db_), "api-walk-b");
+	ember_session *sa = NULL, *sb = NULL;
+	CHECK_OK(ember_session_open(a, &sa));
+	CHECK_OK(ember_session_open(b, &sb));
+	CHECK_OK(ember_put(sa, "a", 1, "1", 1));
+	CHECK_OK(ember_put(sb, "b", 1, "2", 1));
+	alarm(60); /* a hang is the failure this test looks for */
+	struct nested_walk w = { a, b, 0, 1, 1 };
+	CHECK_OK(ember_iterate(a, nested_fn, &w));
+	CHECK(w.calls == 1, "outer walk saw %d keys", w.calls);
+	CHECK(w.inner_other == 0, "walk of another store from fn: %d", w.inner_other);
+	CHECK_RC(w.inner_self, EMBER_ESTATE);
+	/* and a plain nested walk of the same store still refuses */
+	struct nested_walk w2 = { a, a, 0, 1, 1 };
+	CHECK_OK(ember_iterate(a, nested_fn, &w2));
+	CHECK_RC(w2.inner_other, EMBER_ESTATE);
+	CHECK_RC(w2.inner_self, EMBER_ESTATE);
+	alarm(0);
+	close_and_remove(b, sb, db_);
+	close_and_remove(a, sa, da);
+}
+
 int main(int argc, char **argv)
 {
 	tu_init("api_errors", argc, argv);
@@ -920,6 +978,7 @@ int main(int argc, char **argv)
 		{ "open_superblock", test_open_superblock },
 		{ "bad_options", test_bad_options },
 		{ "huge_disk_budget", test_huge_disk_budget },
+		{ "iterate_nested", test_iterate_nested },
 	};
 	/*
 	 * Each test runs in a child process, so one failure does not hide the checks

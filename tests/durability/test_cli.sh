@@ -143,11 +143,20 @@ run 0 "$D" dump --limit 0
 out_is ""
 run 0 "$D" dump --hex --keys-only
 grep -q '^0x68656c6c6f$' "$OUT" || fail "dump --hex: hello"
+# a backslash is printable: printed as it is, so it reads back as the same bytes
+run 0 "$D" put 'back\slash' 'c:\dir'
+run 0 "$D" get 'back\slash'
+out_is 'c:\dir'
+run 0 "$D" dump --keys-only
+grep -qxF 'back\slash' "$OUT" || fail "dump of a key with a backslash"
+run 0 "$D" get --text 'back\slash'
+out_is 'c:\\dir'
 # every key as dumped can be given back to get
 run 0 "$D" dump --keys-only
 while read -r k; do
 	"$EMBER" "$D" get "$k" >/dev/null 2>&1 || fail "get of dumped key $k"
 done <"$TMP/out"
+run 0 "$D" delete 'back\slash'
 
 # ---- verify, stats, checkpoints, compact, info ----
 run 0 "$D" verify

@@ -214,12 +214,14 @@ static int is_plain_text(const uint8_t *p, size_t n)
 static void print_bytes(FILE *out, const void *data, size_t n, int fmt)
 {
 	const uint8_t *p = data;
-	if (fmt == FMT_RAW) {
+	/* plain text is printed as it is: --text's escapes (\\ for a backslash)
+	 * would not read back as the same bytes */
+	if (fmt == FMT_RAW || (fmt == FMT_AUTO && is_plain_text(p, n))) {
 		fwrite(p, 1, n, out);
 		return;
 	}
 	if (fmt == FMT_AUTO)
-		fmt = is_plain_text(p, n) ? FMT_TEXT : FMT_HEX;
+		fmt = FMT_HEX;
 	if (fmt == FMT_HEX) {
 		fputs("0x", out);
 		for (size_t i = 0; i < n; i++)

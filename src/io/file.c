@@ -108,6 +108,39 @@ struct em_segs {
 	uint32_t seg_bits;
 };
 
+/*
+ * open(2) for a store file: O_DIRECT where the filesystem allows it (*direct = 1),
+ * else buffered. O_NONBLOCK while opening: an O_RDONLY open of a FIFO waits for a
+ * writer, so a FIFO under a store file's name hung the open; a FIFO or socket is
+ * refused (-ESPIPE) and a regular file gets its blocking mode back. Returns the
+ * descriptor or -errno.
+ */
+static int open_store_file(const char *path, int oflags, int *direct)
+{
+	*direct = 1;
+	int fd = open(path, oflags | O_DIRECT | O_NONBLOCK, 0644);
+	if (fd < 0 && errno == EINVAL) {
+		fd = open(path, oflags | O_NONBLOCK, 0644); /* the filesystem refuses O_DIRECT */
+		*direct = 0;
+	}
+	if (fd < 0)
+		return -errno;
+	struct stat sb;
+	int rc = fstat(fd, &sb) != 0 ? -errno : 0;
+	if (rc == 0 && (S_ISFIFO(sb.st_mode) || S_ISSOCK(sb.st_mode)))
+		rc = -ESPIPE;
+	if (rc == 0) {
+		int fl = fcntl(fd, F_GETFL);
+		if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0)
+			rc = -errno;
+	}
+	if (rc < 0) {
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
 int em_file_open(struct em_file *f, const char *path, int flags)
 {
 	int fault = EM_FAULT(EM_FAULT_FILE_OPEN); /* fault injection: fail as open(2) would */
@@ -123,15 +156,11 @@ int em_file_open(struct em_file *f, const char *path, int flags)
 	f->direct = 0; /* seq_cst, though nobody else sees f yet: a plain store would do */
 	f->seg_bits = 0;
 	f->segs = NULL;
-	int fd = open(path, oflags | O_DIRECT, 0644);
-	if (fd >= 0) {
-		f->direct = 1; /* seq_cst: as above, f is still the opener's alone */
-	} else if (errno == EINVAL) {
-		/* the filesystem refuses O_DIRECT (tmpfs): fall back to buffered I/O */
-		fd = open(path, oflags, 0644);
-	}
+	int direct = 0;
+	int fd = open_store_file(path, oflags, &direct); /* buffered where O_DIRECT is refused (tmpfs) */
 	if (fd < 0)
-		return -errno;
+		return fd;
+	f->direct = direct; /* seq_cst: as above, f is still the opener's alone */
 	f->fd = fd;
 	return 0;
 }
@@ -199,7 +228,7 @@ static char *dir_of(const char *path)
  * convert them synchronously: the cost a spare is kept to avoid. */
 static int no_hole(int dfd, const char *name, uint64_t size)
 {
-	int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC);
+	int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO: no wait */
 	if (fd < 0)
 		return 0;
 	off_t h = lseek(fd, 0, SEEK_HOLE);
@@ -383,13 +412,9 @@ int em_file_prewrite_spares(struct em_file *f, uint32_t n)
 			break;
 		}
 		int oflags = O_CLOEXEC | O_RDWR | O_CREAT | O_EXCL, direct = 1;
-		int fd = open(sp, oflags | O_DIRECT, 0644);
-		if (fd < 0 && errno == EINVAL) {
-			fd = open(sp, oflags, 0644); /* the filesystem refuses O_DIRECT */
-			direct = 0;
-		}
+		int fd = open_store_file(sp, oflags, &direct);
 		if (fd < 0) {
-			rc = -errno;
+			rc = fd;
 		} else {
 			struct em_file one = {fd, direct, 0, NULL};
 			for (uint64_t off = 0; off < seg && rc == 0; off += chunk)
@@ -479,13 +504,12 @@ static int seg_fd(struct em_file *f, uint64_t n, int write)
 		}
 		em_free(sp, 0);
 	}
-	int fd = open(name, oflags | O_DIRECT, 0644);
-	if (fd < 0 && errno == EINVAL) {
-		fd = open(name, oflags, 0644); /* the filesystem refuses O_DIRECT */
+	int direct = 1;
+	int fd = open_store_file(name, oflags, &direct);
+	if (fd >= 0 && !direct) /* the filesystem refuses O_DIRECT */
 		/* relaxed: a flag alone, read by segs_punch/segs_fsync without mu */
 		atomic_store_explicit(&f->direct, 0, memory_order_relaxed);
-	}
-	rc = fd >= 0 ? fd : -errno;
+	rc = fd;
 	em_free(name, 0);
 	if (fd >= 0) {
 		if (oflags & O_CREAT)

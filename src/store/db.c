@@ -392,7 +392,8 @@ static int lock_dir(struct ember_db *db)
 	char *path = path_join(db->dir, "LOCK");
 	if (!path)
 		return EMBER_ENOMEM;
-	int fd = db->readonly ? open(path, O_RDONLY | O_CLOEXEC)
+	/* O_NONBLOCK: a FIFO named LOCK would make an O_RDONLY open wait for a writer */
+	int fd = db->readonly ? open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
 			      : open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
 	int rc = fd < 0 ? -errno : 0;
 	em_free(path, 0);

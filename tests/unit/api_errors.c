@@ -954,6 +954,69 @@ static void test_iterate_nested(void)
 	close_and_remove(a, sa, da);
 }
 
+/*
+ * A FIFO under a store file's name fails the open with an error code: an O_RDONLY
+ * open of a FIFO waits for a writer, so the superblock's read (every open) and a
+ * read-only open's logs used to hang.
+ */
+static void expect_open_error(const char *dir, uint32_t flags, const char *what)
+{
+	ember_options o;
+	small_opts(&o);
+	o.flags = flags;
+	ember_db *db = NULL;
+	alarm(30); /* a hang is the failure this test looks for */
+	int rc = ember_open(dir, &o, &db);
+	alarm(0);
+	CHECK(rc < 0 && db == NULL, "%s: ember_open returned %d", what, rc);
+}
+
+static void test_open_fifo(void)
+{
+	char dir[512], path[600];
+	CHECK(tu_tmpdir_make("api-fifo", dir, sizeof(dir)) == 0, "mkdtemp");
+	CHECK(tu_path_join(path, sizeof(path), dir, SUPERBLOCK) == 0, "path");
+	CHECK(mkfifo(path, 0644) == 0, "mkfifo: %s", strerror(errno));
+	expect_open_error(dir, 0, "a FIFO as the superblock");
+	expect_open_error(dir, EMBER_OPEN_READONLY, "a FIFO as the superblock, read-only");
+	expect_open_error(dir, EMBER_OPEN_TRUNCATE, "a FIFO as the superblock, truncate");
+	CHECK(unlink(path) == 0, "unlink");
+
+	/* a store whose hot.log became a FIFO: a read-only open reads it O_RDONLY */
+	ember_options o;
+	small_opts(&o);
+	ember_db *db = NULL;
+	ember_session *s = NULL;
+	CHECK_OK(ember_open(dir, &o, &db));
+	CHECK_OK(ember_session_open(db, &s));
+	CHECK_OK(ember_put(s, "k", 1, "v", 1));
+	CHECK_OK(ember_session_close(s));
+	CHECK_OK(ember_close(db));
+	const char *files[] = { "hot.log", "LOCK" };
+	for (size_t i = 0; i < 2; i++) {
+		CHECK(tu_path_join(path, sizeof(path), dir, files[i]) == 0, "path");
+		CHECK(unlink(path) == 0 && mkfifo(path, 0644) == 0, "mkfifo %s", files[i]);
+		if (i == 0) {
+			expect_open_error(dir, EMBER_OPEN_READONLY, "a FIFO as hot.log, read-only");
+			expect_open_error(dir, 0, "a FIFO as hot.log");
+			CHECK(unlink(path) == 0, "unlink");
+			int fd = open(path, O_CREAT | O_WRONLY, 0644); /* back, empty: not opened */
+			CHECK(fd >= 0, "recreate");
+			close(fd);
+		} else {
+			/* a FIFO as LOCK is only a lock: the open must not wait on it (it
+			 * gets past the lock, then fails on the emptied hot.log) */
+			small_opts(&o);
+			o.flags = EMBER_OPEN_READONLY;
+			alarm(30);
+			int rc = ember_open(dir, &o, &db);
+			alarm(0);
+			CHECK(rc != 0 || ember_close(db) == 0, "close");
+		}
+	}
+	tu_tmpdir_remove(dir);
+}
+
 int main(int argc, char **argv)
 {
 	tu_init("api_errors", argc, argv);
@@ -979,6 +1042,7 @@ int main(int argc, char **argv)
 		{ "bad_options", test_bad_options },
 		{ "huge_disk_budget", test_huge_disk_budget },
 		{ "iterate_nested", test_iterate_nested },
+		{ "open_fifo", test_open_fifo },
 	};
 	/*
 	 * Each test runs in a child process, so one failure does not hide the checks

@@ -179,7 +179,8 @@ typedef struct ember_options {
 	/* Memory of the read cache: recently read cold records, kept in memory and
 	 * reached from the hot index, evicted second-chance style (a record read again
 	 * since it was cached moves to the cache's tail instead). Writes of a key drop
-	 * its cached copy. At least 8 pages when set. Default 0: off. */
+	 * its cached copy. At least 8 pages when set (of the store's page size on a
+	 * reopen: EMBER_EINVAL otherwise). Default 0: off. */
 	uint64_t read_cache_memory;
 	/* Memory of the cold index's entry cache: for recently read cold keys, their
 	 * chain's entry in the hash chunk on disk (24 bytes each), so that reading such

@@ -554,6 +554,14 @@ int ember_open(const char *dir, const ember_options *opts, ember_db **out)
 		db->opts.cold_index_chunks = geo.cold_index_chunks;
 		db->opts.cold_chunk_bytes = (uint32_t)geo.cold_chunk_bytes;
 		db->opts.log_segment_bytes = geo.log_segment_bytes;
+		/* checked against the options' page size; the store's own counts */
+		if (db->opts.read_cache_memory && db->opts.read_cache_memory / geo.page_size < 8) {
+			db_report(db, "%s: read_cache_memory %llu is under 8 of the store's %llu-byte pages",
+				  db->dir, (unsigned long long)db->opts.read_cache_memory,
+				  (unsigned long long)geo.page_size);
+			rc = EMBER_EINVAL;
+			goto undo_ckpt;
+		}
 		rc = ckpt_find(db, &geo, &m, &found);
 		if (rc < 0)
 			goto undo_ckpt;

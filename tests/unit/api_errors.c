@@ -1017,6 +1017,45 @@ static void test_open_fifo(void)
 	tu_tmpdir_remove(dir);
 }
 
+/*
+ * read_cache_memory is at least 8 pages of the store's page size: on a reopen the
+ * store's page size replaces the options', and a read cache checked against the
+ * options' smaller pages used to be floored to 0 or 1 of the store's pages
+ * without a word (ember_stats_get: read_cache_bytes 0).
+ */
+static void test_reopen_read_cache_pages(void)
+{
+	char dir[512];
+	CHECK(tu_tmpdir_make("api-rcpages", dir, sizeof(dir)) == 0, "mkdtemp");
+	ember_options o;
+	small_opts(&o);
+	o.page_size = 1u << 20; /* the store's pages: 1 MiB */
+	ember_db *db = NULL;
+	CHECK_OK(ember_open(dir, &o, &db));
+	CHECK_OK(ember_close(db));
+	small_opts(&o);
+	o.flags = 0;
+	o.page_size = 64u << 10;
+	o.read_cache_memory = 512u << 10; /* 8 pages of 64 KiB, under one of 1 MiB */
+	int rc = ember_open(dir, &o, &db);
+	if (rc == 0) {
+		ember_stats st;
+		CHECK_OK(ember_stats_get(db, &st));
+		CHECK_OK(ember_close(db));
+		CHECK(0, "reopen with a read cache under 8 store pages: 0, read_cache_bytes %llu",
+		      (unsigned long long)st.read_cache_bytes);
+	}
+	CHECK_RC(rc, EMBER_EINVAL);
+	o.read_cache_memory = 8u << 20; /* 8 of the store's pages: fine */
+	CHECK_OK(ember_open(dir, &o, &db));
+	ember_stats st;
+	CHECK_OK(ember_stats_get(db, &st));
+	CHECK(st.read_cache_bytes == 8u << 20, "read_cache_bytes %llu",
+	      (unsigned long long)st.read_cache_bytes);
+	CHECK_OK(ember_close(db));
+	tu_tmpdir_remove(dir);
+}
+
 int main(int argc, char **argv)
 {
 	tu_init("api_errors", argc, argv);
@@ -1043,6 +1082,7 @@ int main(int argc, char **argv)
 		{ "huge_disk_budget", test_huge_disk_budget },
 		{ "iterate_nested", test_iterate_nested },
 		{ "open_fifo", test_open_fifo },
+		{ "reopen_read_cache_pages", test_reopen_read_cache_pages },
 	};
 	/*
 	 * Each test runs in a child process, so one failure does not hide the checks

@@ -176,6 +176,16 @@ run 0 "$D" compact
 run 0 "$D" compact --force
 out_has "bytes on disk before"
 
+# ---- a closed stdout: an output error, never output into a store file ----
+"$EMBER" "$D" get hello >&- 2>"$ERR"
+rc=$?
+[ "$rc" = 3 ] || fail "get with stdout closed exited $rc, want 3"
+"$EMBER" "$D" dump >&- 2>"$ERR"
+rc=$?
+[ "$rc" = 3 ] || fail "dump with stdout closed exited $rc, want 3"
+[ ! -s "$D/LOCK" ] || fail "the tool's output went into LOCK: $(head -c 80 "$D/LOCK" | od -c | head -2)"
+run 0 "$D" verify
+
 # ---- read-only ----
 run 0 --readonly "$D" get hello
 out_is "again"

@@ -23,6 +23,7 @@
 #include <ember.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -30,6 +31,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 enum { EXIT_OK = 0, EXIT_NO = 1, EXIT_USAGE = 2, EXIT_STORE = 3 };
 enum { FMT_AUTO, FMT_TEXT, FMT_HEX, FMT_RAW };
@@ -818,9 +820,32 @@ static int has_store(const char *dir)
 	return stat(path, &sb) == 0;
 }
 
+/*
+ * A standard descriptor the caller closed (`ember DIR dump >&-`) would be reused by
+ * the store's first open (LOCK, or a log), and the tool's output written into
+ * that file. Hold each closed one with /dev/null opened read-only: writes to it
+ * fail (EBADF), so the output error is reported as for any other.
+ */
+static int hold_std_fds(void)
+{
+	for (int fd = 0; fd <= 2; fd++) {
+		if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+			continue;
+		int got = open("/dev/null", O_RDONLY); /* the lowest free descriptor: fd */
+		if (got != fd) {
+			if (got >= 0)
+				close(got);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct ctx c = {0};
+	if (hold_std_fds() < 0)
+		return EXIT_STORE; /* nowhere safe to write, not even a message */
 	int create = 0, i = 1;
 	/* `--help` anywhere: help for the command named before it, if any */
 	for (int j = 1; j < argc; j++) {

@@ -223,7 +223,9 @@ int main(int argc, char **argv)
 	       (unsigned long long)st.cold.reads_memory, (unsigned long long)st.cold.reads_disk,
 	       (unsigned long long)st.read_cache_hits, (unsigned long long)st.cold_cache_hits,
 	       (unsigned long long)st.tombstones_dropped);
-	CHECK(st.hot.compactions > 0 && st.cold.compactions > 0, "both compactions ran");
+	CHECK(st.hot.compactions > 0, "hot->cold compaction ran");
+	if (tu_scaled(100) >= 100) /* sanitizer scales write too little for cold passes */
+		CHECK(st.cold.compactions > 0, "cold->cold compaction ran");
 	CHECK_OK(ember_close(db));
 	tu_tmpdir_remove(dir);
 	return 0;

@@ -522,41 +522,33 @@ out:
 	return rc;
 }
 
-/* Remove every checkpoint directory but keep (a name; "" keeps none). Returns 0 or
- * the first error. */
+static int each_name(struct ember_db *db, int (*fn)(void *arg, const char *name), void *arg);
+
+struct remove_walk {
+	struct ember_db *db;
+	const char *keep;
+	int rc; /* the first error */
+};
+
+static int remove_one(void *arg, const char *name)
+{
+	struct remove_walk *rw = arg;
+	if (strcmp(name, rw->keep) != 0) {
+		int rc = remove_ckpt_dir(rw->db, name);
+		if (rc < 0 && rw->rc == 0)
+			rw->rc = rc;
+	}
+	return 0; /* the others still go */
+}
+
+/* Remove every checkpoint directory but keep (a name; "" keeps none). Windows of
+ * names move strictly down, so a directory that stays (without its meta) is
+ * listed once. Returns 0 or the first error. */
 static int remove_others(struct ember_db *db, const char *keep)
 {
-	char *top = ck_path(db, NULL, NULL);
-	if (!top)
-		return EMBER_ENOMEM;
-	DIR *d = opendir(top);
-	em_free(top, 0);
-	if (!d)
-		return errno == ENOENT ? 0 : -errno;
-	char names[MAX_CKPT_DIRS][32];
-	int n = 0, more = 0;
-	struct dirent *de;
-	while ((de = readdir(d)))
-		if (ckpt_name_ok(de->d_name) && strcmp(de->d_name, keep) != 0) {
-			if (n == MAX_CKPT_DIRS) {
-				more = 1;
-				break;
-			}
-			snprintf(names[n++], 32, "%s", de->d_name);
-		}
-	closedir(d);
-	int rc = 0, gone = 0;
-	for (int i = 0; i < n; i++) {
-		int r = remove_ckpt_dir(db, names[i]);
-		if (r < 0 && rc == 0)
-			rc = r;
-		gone += r == 0;
-	}
-	/* more than fit in one pass: go again, while passes remove directories (ones
-	 * that stay without their meta would be listed again and again) */
-	if (rc == 0 && more)
-		rc = gone ? remove_others(db, keep) : -ENOTEMPTY; /* some may still hold a meta */
-	return rc;
+	struct remove_walk rw = {db, keep, 0};
+	int rc = each_name(db, remove_one, &rw);
+	return rc < 0 ? rc : rw.rc;
 }
 
 int ckpt_remove_all(struct ember_db *db)
@@ -570,10 +562,9 @@ int ckpt_remove_all(struct ember_db *db)
 	char *top = ck_path(db, NULL, NULL);
 	if (!top)
 		return EMBER_ENOMEM;
-	struct stat sb;
-	rc = stat(top, &sb) == 0 ? em_dir_fsync(top) : 0;
+	rc = em_dir_fsync(top);
 	em_free(top, 0);
-	return rc;
+	return rc == -ENOENT ? 0 : rc; /* no checkpoints/ yet: nothing to make durable */
 }
 
 int ckpt_active(struct ember_db *db)
@@ -896,6 +887,38 @@ static int list_names(struct ember_db *db, char names[][32], int cap, const char
 	return n;
 }
 
+/* fn(arg, name) for every checkpoint directory name, newest first, MAX_CKPT_DIRS
+ * names per listing (a window: the newest below the last window's oldest), until
+ * fn returns nonzero, which is returned. Returns 0 when the names run out, or the
+ * listing's error. */
+static int each_name(struct ember_db *db, int (*fn)(void *arg, const char *name), void *arg)
+{
+	char names[MAX_CKPT_DIRS][32], below[32];
+	for (int w = 0;; w++) {
+		int n = list_names(db, names, MAX_CKPT_DIRS, w ? below : NULL);
+		if (n < 0)
+			return n;
+		for (int i = 0; i < n; i++) {
+			int rc = fn(arg, names[i]);
+			if (rc)
+				return rc;
+		}
+		if (n < MAX_CKPT_DIRS)
+			return 0;
+		memcpy(below, names[n - 1], 32);
+	}
+}
+
+/* Does m's id name the directory name? (A copied or restored directory's does
+ * not: taken as checkpoint m->id, the next checkpoint of that id would write
+ * over it in place.) */
+static int meta_is_named(const struct ckpt_meta *m, const char *name)
+{
+	char want[32];
+	snprintf(want, sizeof(want), "%016" PRIx64, m->id);
+	return strcmp(want, name) == 0;
+}
+
 static int read_meta(struct ember_db *db, struct em_ring *ring, const char *name,
 		     struct ckpt_meta *m)
 {
@@ -925,49 +948,44 @@ static int is_damage(int rc)
 	return rc == EMBER_ECORRUPT || rc == EMBER_ENOTEMBER || rc == EMBER_EVERSION;
 }
 
+struct list_walk {
+	struct ember_db *db;
+	struct em_ring *ring;
+	ember_checkpoint_info *out;
+	size_t cap, k;
+};
+
+static int list_one(void *arg, const char *name)
+{
+	struct list_walk *lw = arg;
+	struct ckpt_meta m;
+	int rc = read_meta(lw->db, lw->ring, name, &m);
+	if (rc == -ENOENT || is_damage(rc) || (rc == 0 && !meta_is_named(&m, name)))
+		return 0; /* partial, damaged or a copy (load_one): no complete checkpoint */
+	if (rc < 0)
+		return rc; /* an I/O error, memory: not "no checkpoint" */
+	if (lw->k < lw->cap)
+		lw->out[lw->k] = (ember_checkpoint_info){m.id, m.time_unix, m.hot_begin, m.hot_end,
+							 m.cold_begin, m.cold_end, m.index_entries};
+	lw->k++;
+	return 0;
+}
+
 int ember_checkpoint_list(ember_db *db, ember_checkpoint_info *out, size_t cap, size_t *n_out)
 {
 	if (!db || db->magic != DB_MAGIC || !n_out || (cap && !out))
 		return EMBER_EINVAL;
-	char names[MAX_CKPT_DIRS][32];
 	struct em_ring ring;
 	int rc = em_ring_init(&ring, 2);
 	if (rc < 0)
 		return rc;
+	struct list_walk lw = {db, &ring, out, cap, 0};
 	pthread_mutex_lock(&db->ck->mu); /* not while one is being written or removed */
-	size_t k = 0;
-	char below[32];
-	int n = MAX_CKPT_DIRS;
-	/* window after window of MAX_CKPT_DIRS names, until none is left */
-	for (int w = 0; rc == 0 && n == MAX_CKPT_DIRS; w++) {
-		n = list_names(db, names, MAX_CKPT_DIRS, w ? below : NULL);
-		rc = n < 0 ? n : 0;
-		for (int i = 0; i < n; i++) {
-			struct ckpt_meta m;
-			char want[32];
-			int mrc = read_meta(db, &ring, names[i], &m);
-			if (mrc == -ENOENT || is_damage(mrc))
-				continue; /* partial or damaged: no complete checkpoint */
-			if (mrc < 0) {
-				rc = mrc; /* an I/O error, memory: not "no checkpoint" */
-				break;
-			}
-			snprintf(want, sizeof(want), "%016" PRIx64, m.id);
-			if (strcmp(want, names[i]) != 0)
-				continue; /* a copy: no checkpoint of that id (load_one) */
-			if (k < cap)
-				out[k] = (ember_checkpoint_info){m.id, m.time_unix, m.hot_begin,
-								 m.hot_end, m.cold_begin, m.cold_end,
-								 m.index_entries};
-			k++;
-		}
-		if (n > 0)
-			memcpy(below, names[n - 1], 32);
-	}
+	rc = each_name(db, list_one, &lw);
 	pthread_mutex_unlock(&db->ck->mu);
 	em_ring_exit(&ring);
-	*n_out = k;
-	if (rc == 0 && k > cap)
+	*n_out = lw.k;
+	if (rc == 0 && lw.k > cap)
 		rc = EMBER_ERANGE;
 	return rc;
 }
@@ -1002,11 +1020,7 @@ static int load_one(struct ember_db *db, struct em_ring *ring, const char *name,
 		skip(db, name, "meta unreadable or damaged", rc);
 		return rc;
 	}
-	char want[32];
-	snprintf(want, sizeof(want), "%016" PRIx64, m->id);
-	if (strcmp(want, name) != 0) {
-		/* a copied or restored directory: taken as checkpoint m->id, the next
-		 * checkpoint of that id would write over it in place */
+	if (!meta_is_named(m, name)) {
 		skip(db, name, "its meta names another checkpoint id", EMBER_ECORRUPT);
 		return EMBER_ECORRUPT;
 	}
@@ -1044,51 +1058,55 @@ static int load_one(struct ember_db *db, struct em_ring *ring, const char *name,
 	return 0;
 }
 
+struct find_walk {
+	struct ember_db *db;
+	struct em_ring *ring;
+	const struct store_geometry *geo;
+	struct ckpt_meta *m;
+	int complete_seen, listed;
+};
+
+/* 1 (and ck->chosen) when name's checkpoint loads; 0 to go on to an older one; an
+ * error that is not damage (memory, I/O, permissions) to fail the open, since
+ * falling back would open an older state and remove this one. */
+static int find_one(void *arg, const char *name)
+{
+	struct find_walk *fw = arg;
+	fw->listed++;
+	int rc = load_one(fw->db, fw->ring, name, fw->geo, fw->m);
+	if (rc == 0) {
+		snprintf(fw->db->ck->chosen, sizeof(fw->db->ck->chosen), "%.31s", name);
+		return 1;
+	}
+	if (rc < 0 && !is_damage(rc))
+		return rc;
+	if (rc != 1)
+		fw->complete_seen = 1; /* a meta existed: data may be lost if we go on empty */
+	return 0;
+}
+
 int ckpt_find(struct ember_db *db, const struct store_geometry *geo, struct ckpt_meta *m,
 	      int *found)
 {
-	struct ckpt *ck = db->ck;
-	char names[MAX_CKPT_DIRS][32];
 	*found = 0;
 	struct em_ring ring;
 	int rc = em_ring_init(&ring, 2);
 	if (rc < 0)
 		return rc;
-	int complete_seen = 0, listed = 0, n = MAX_CKPT_DIRS;
-	char below[32];
-	/* window after window of MAX_CKPT_DIRS names, newest first, until one is
-	 * found or none is left: a complete checkpoint below the newest window is
-	 * still found (with only partial ones in that window, the store started
-	 * empty and every directory went, the complete one with them) */
-	for (int w = 0; rc == 0 && !*found && n == MAX_CKPT_DIRS; w++) {
-		n = list_names(db, names, MAX_CKPT_DIRS, w ? below : NULL);
-		rc = n < 0 ? n : 0;
-		for (int i = 0; i < n; i++) {
-			int lrc = load_one(db, &ring, names[i], geo, m);
-			if (lrc == 0) {
-				*found = 1;
-				snprintf(ck->chosen, sizeof(ck->chosen), "%.31s", names[i]);
-				break;
-			}
-			if (lrc < 0 && !is_damage(lrc)) {
-				/* not damage (memory, an I/O error, permissions): falling back
-				 * would open an older state and remove this one; fail the open
-				 * instead */
-				rc = lrc;
-				break;
-			}
-			if (lrc != 1)
-				complete_seen = 1; /* a meta existed: data may be lost if we go on empty */
-		}
-		if (n > 0) {
-			listed += n;
-			memcpy(below, names[n - 1], 32);
-		}
+	/* every window of names, newest first, until one is used: a complete
+	 * checkpoint below 64 newer partial ones is still found (with only partial
+	 * ones in the first window, the store started empty and every directory
+	 * went, the complete one with them) */
+	struct find_walk fw = {db, &ring, geo, m, 0, 0};
+	rc = each_name(db, find_one, &fw);
+	if (rc == 1) {
+		*found = 1;
+		rc = 0;
 	}
 	em_ring_exit(&ring);
-	if (rc == 0 && !*found && !complete_seen && listed > 0 && !db->readonly)
+	if (rc == 0 && !*found && !fw.complete_seen && fw.listed > 0 && !db->readonly)
 		(void)remove_others(db, ""); /* only partial ones: the store starts empty */
-	if (rc == 0 && !*found && complete_seen) {
+	if (rc == 0 && !*found && fw.complete_seen) {
 		db_report(db, "no usable checkpoint in %s/%s: every complete one is damaged",
 			  db->dir, CKPT_DIR);
 		rc = EMBER_ECORRUPT;

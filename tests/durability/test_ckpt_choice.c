@@ -65,14 +65,20 @@
 
 static char dir[512];
 
+/* The small store every case opens, with flags. */
+static void store_opts(ember_options *o, uint32_t flags)
+{
+	ember_options_default(o);
+	o->log_memory = 1u << 20;
+	o->page_size = 64u << 10;
+	o->index_buckets = 1u << 10;
+	o->flags = flags;
+}
+
 static ember_db *open_store(int truncate)
 {
 	ember_options o;
-	ember_options_default(&o);
-	o.log_memory = 1u << 20;
-	o.page_size = 64u << 10;
-	o.index_buckets = 1u << 10;
-	o.flags = truncate ? EMBER_OPEN_TRUNCATE : 0;
+	store_opts(&o, truncate ? EMBER_OPEN_TRUNCATE : 0);
 	ember_db *db = NULL;
 	CHECK_OK(ember_open(dir, &o, &db));
 	return db;
@@ -158,6 +164,17 @@ static void only_ckpt_but(char *out, size_t n, const char *but)
 	CHECK(found == 1, "%d checkpoint directories", found);
 }
 
+/* A new store whose keys all hold version, checkpointed and closed; the id. */
+static uint64_t fresh_ckpt(uint32_t version)
+{
+	ember_db *db = open_store(1);
+	put_all(db, version);
+	uint64_t id = 0;
+	CHECK_OK(ember_checkpoint(db, &id));
+	CHECK_OK(ember_close(db));
+	return id;
+}
+
 static uint32_t skipped(ember_db *db)
 {
 	ember_recovery_info ri;
@@ -167,16 +184,12 @@ static uint32_t skipped(ember_db *db)
 
 static void test_copy(void)
 {
-	ember_db *db = open_store(1);
-	put_all(db, 1);
-	uint64_t id = 0;
-	CHECK_OK(ember_checkpoint(db, &id));
-	CHECK_OK(ember_close(db));
+	uint64_t id = fresh_ckpt(1);
 	char real[600], copy[600];
 	only_ckpt_but(real, sizeof(real), "");
 	ckpt_name(copy, sizeof(copy), id + 100);
 	copy_ckpt(real, copy);
-	db = open_store(0);
+	ember_db *db = open_store(0);
 	CHECK(skipped(db) == 1, "the copy was taken (%u skipped)", skipped(db));
 	check_all(db, 1, "recovered beside the copy");
 	CHECK(!exists(copy), "the copy stayed");
@@ -308,16 +321,12 @@ static void test_huge(void)
 
 static void test_file(void)
 {
-	ember_db *db = open_store(1);
-	put_all(db, 8);
-	uint64_t id = 0;
-	CHECK_OK(ember_checkpoint(db, &id));
-	CHECK_OK(ember_close(db));
+	uint64_t id = fresh_ckpt(8);
 	char p[600];
 	ckpt_name(p, sizeof(p), id + 1);
 	FILE *f = fopen(p, "w");
 	CHECK(f && fputs("not a checkpoint\n", f) >= 0 && fclose(f) == 0, "write %s", p);
-	db = open_store(0);
+	ember_db *db = open_store(0);
 	CHECK(skipped(db) == 1, "%u checkpoints skipped, want the file", skipped(db));
 	check_all(db, 8, "beside a file under a checkpoint's name");
 	CHECK(!exists(p), "the file stayed");
@@ -370,22 +379,14 @@ static void partial_dirs(uint64_t first, int n)
 
 static void test_above(void)
 {
-	ember_db *db = open_store(1);
-	put_all(db, 10);
-	uint64_t id = 0;
-	CHECK_OK(ember_checkpoint(db, &id));
-	CHECK_OK(ember_close(db));
+	uint64_t id = fresh_ckpt(10);
 	char real[600];
 	ckpt_name(real, sizeof(real), id);
 	partial_dirs(id + 1, 70);
 	/* read-only: recovered and listed, nothing removed */
 	ember_options o;
-	ember_options_default(&o);
-	o.log_memory = 1u << 20;
-	o.page_size = 64u << 10;
-	o.index_buckets = 1u << 10;
-	o.flags = EMBER_OPEN_READONLY;
-	db = NULL;
+	store_opts(&o, EMBER_OPEN_READONLY);
+	ember_db *db = NULL;
 	CHECK_OK(ember_open(dir, &o, &db));
 	ember_recovery_info ri;
 	CHECK_OK(ember_recovery_info_get(db, &ri));
@@ -414,22 +415,14 @@ static void test_above(void)
 
 static void test_list(void)
 {
-	ember_db *db = open_store(1);
-	put_all(db, 11);
-	uint64_t id = 0;
-	CHECK_OK(ember_checkpoint(db, &id));
-	CHECK_OK(ember_close(db));
+	uint64_t id = fresh_ckpt(11);
 	char real[600], copy[600];
 	ckpt_name(real, sizeof(real), id);
 	ckpt_name(copy, sizeof(copy), id + 100);
 	copy_ckpt(real, copy);
 	ember_options o;
-	ember_options_default(&o);
-	o.log_memory = 1u << 20;
-	o.page_size = 64u << 10;
-	o.index_buckets = 1u << 10;
-	o.flags = EMBER_OPEN_READONLY;
-	db = NULL;
+	store_opts(&o, EMBER_OPEN_READONLY);
+	ember_db *db = NULL;
 	CHECK_OK(ember_open(dir, &o, &db));
 	ember_checkpoint_info info[4];
 	size_t n = 0;
@@ -482,10 +475,7 @@ static void test_link(void)
 	ckpt_name(to_dir, sizeof(to_dir), id - 1);
 	CHECK(symlink(outside, to_dir) == 0, "symlink %s: %s", to_dir, strerror(errno));
 	ember_options o;
-	ember_options_default(&o);
-	o.log_memory = 1u << 20;
-	o.page_size = 64u << 10;
-	o.index_buckets = 1u << 10;
+	store_opts(&o, 0);
 	o.log_fn = count_removal_failed;
 	db = NULL;
 	CHECK_OK(ember_open(dir, &o, &db));
@@ -534,10 +524,7 @@ static void test_ioerror(void)
 		struct em_fault_spec once = {.countdown = n, .limit = 1};
 		CHECK_OK(em_fault_arm(EM_FAULT_IO_READ, &once));
 		ember_options o;
-		ember_options_default(&o);
-		o.log_memory = 1u << 20;
-		o.page_size = 64u << 10;
-		o.index_buckets = 1u << 10;
+		store_opts(&o, 0);
 		db = NULL;
 		int rc = ember_open(dir, &o, &db);
 		em_fault_disarm(EM_FAULT_IO_READ);

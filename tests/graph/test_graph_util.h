@@ -87,6 +87,47 @@ static inline void tg_write_file(const char *path, const char *text)
 	CHECK(fclose(f) == 0, "fclose");
 }
 
+/* Graph "g" of 2 partitions and dim floats per node, imported into db from the
+ * edge list text (written to dir/edges.txt; num_nodes 0: from the ids), opened. */
+static inline ember_graph *tg_small_graph(ember_db *db, const char *dir, const char *text,
+					  uint32_t dim, uint64_t num_nodes)
+{
+	char path[600];
+	CHECK(tu_path_join(path, sizeof(path), dir, "edges.txt") == 0, "path");
+	tg_write_file(path, text);
+	ember_graph_import_options io;
+	ember_graph_import_options_default(&io);
+	io.partitions = 2;
+	io.dim = dim;
+	io.num_nodes = num_nodes;
+	io.chunk_bytes = 64u << 10;
+	io.seed = tu_seed();
+	CHECK_OK(ember_graph_import(db, "g", path, &io, NULL));
+	ember_graph *g = NULL;
+	CHECK_OK(ember_graph_open(db, "g", &g));
+	return g;
+}
+
+/* A buffer (flags) over a 2-partition graph, in the one state of a plan that
+ * holds both partitions. */
+static inline ember_graph_buffer *tg_whole_buffer(ember_graph *g, uint32_t flags)
+{
+	ember_graph_buffer_options bo;
+	ember_graph_buffer_options_default(&bo);
+	bo.capacity = 2;
+	bo.flags = flags;
+	ember_graph_buffer *b = NULL;
+	CHECK_OK(ember_graph_buffer_open(g, &bo, &b));
+	uint32_t states[2] = {0, 1}, bs[4];
+	for (int i = 0; i < 4; i++)
+		bs[i] = EMBER_GRAPH_NO_STATE;
+	ember_graph_plan plan = {.partitions = 2, .capacity = 2, .num_states = 1,
+				 .states = states, .bucket_state = bs};
+	CHECK_OK(ember_graph_buffer_set_plan(b, &plan));
+	CHECK_OK(ember_graph_buffer_next_state(b, NULL));
+	return b;
+}
+
 /*
  * A plan without an ordering: blocks of c/2 partitions (c even, c/2 divides p);
  * one state per unordered pair of blocks (and one per block when there is a single

@@ -15,32 +15,8 @@ int main(int argc, char **argv)
 {
 	tu_init("graph_sample_close", argc, argv);
 	ember_db *db = tg_open_store(g_dir, sizeof(g_dir), "graph-sample-close");
-	char path[600];
-	CHECK(tu_path_join(path, sizeof(path), g_dir, "edges.txt") == 0, "path");
-	tg_write_file(path, "0 1\n1 2\n2 3\n3 0\n0 2\n");
-	ember_graph_import_options io;
-	ember_graph_import_options_default(&io);
-	io.partitions = 2;
-	io.dim = 4;
-	io.chunk_bytes = 64u << 10;
-	io.seed = tu_seed();
-	CHECK_OK(ember_graph_import(db, "g", path, &io, NULL));
-	ember_graph *g = NULL;
-	CHECK_OK(ember_graph_open(db, "g", &g));
-
-	ember_graph_buffer_options bo;
-	ember_graph_buffer_options_default(&bo);
-	bo.capacity = 2;
-	bo.flags = EMBER_GRAPH_BUFFER_ALL_EDGES;
-	ember_graph_buffer *b = NULL;
-	CHECK_OK(ember_graph_buffer_open(g, &bo, &b));
-	uint32_t states[2] = {0, 1}, bs[4];
-	for (int i = 0; i < 4; i++)
-		bs[i] = EMBER_GRAPH_NO_STATE;
-	ember_graph_plan plan = {.partitions = 2, .capacity = 2, .num_states = 1,
-				 .states = states, .bucket_state = bs};
-	CHECK_OK(ember_graph_buffer_set_plan(b, &plan));
-	CHECK_OK(ember_graph_buffer_next_state(b, NULL));
+	ember_graph *g = tg_small_graph(db, g_dir, "0 1\n1 2\n2 3\n3 0\n0 2\n", 4, 0);
+	ember_graph_buffer *b = tg_whole_buffer(g, EMBER_GRAPH_BUFFER_ALL_EDGES);
 
 	ember_graph_sampler_options so;
 	ember_graph_sampler_options_default(&so);

@@ -31,18 +31,24 @@
  * Row `row` of table `t` is stored under the 8-byte key
  * (uint64_t)t << 48 | row, little-endian (so tables < 65536 and rows < 2^48), and
  * its value is `dim` elements in the table's storage format (fp32, or fp16 with
- * EMBER_CACHE_STORE_FP16), little-endian. A row the store does not hold is
- * initialised as ember_cache_options.init says (zero, or uniform random from a
- * seed, the same for a given seed, table and row whenever it is first read).
+ * EMBER_CACHE_STORE_FP16), little-endian, followed by the table's optimizer state
+ * (ember_cache_state_floats fp32 values, little-endian; none by default). A row the
+ * store does not hold is initialised as its table's init, or else
+ * ember_cache_options.init, says (zero, or uniform random from a seed, the same for
+ * a given seed, table and row whenever it is first read), with zero state.
  *
  * Objects and threads
  * -------------------
  *   ember_cache  One cache over one ember_db. It opens its own sessions on the db
  *                (one for the prefetcher, one for flush/close) and holds them until
  *                ember_cache_close(); close the cache before the db.
- *                push, acquire, try_acquire, release, flush and close are the
- *                trainer's calls: call them from one thread at a time (they may be
- *                different threads, one after another, but never concurrently).
+ *                Two roles may run concurrently: the loader, which calls
+ *                ember_cache_push (one thread at a time), and the trainer, which
+ *                calls acquire, try_acquire, apply, release, flush, read_rows and
+ *                write_rows (one thread at a time; they may be different threads,
+ *                one after another). So a data-loader thread keeps the lookahead
+ *                full while the trainer computes. ember_cache_close is called by
+ *                one thread once both roles are done.
  *                ember_cache_stats() may be called from any thread at any time.
  *   ember_cache_view  What acquire returns: valid until the matching release.
  *
@@ -99,11 +105,37 @@ enum {
 				       "GPU slots" below and docs/cache.md */
 };
 
+/* ember_cache_table.optimizer: the optimizer state kept beside each row. The state
+ * is fp32 whatever the row's storage, stored in the same value as the row (after
+ * its elements), fetched, evicted and written back with it, and 0 for a row the
+ * store does not hold. */
+enum {
+	EMBER_CACHE_OPT_NONE = 0,            /* default: no state (SGD) */
+	EMBER_CACHE_OPT_ADAGRAD = 1,         /* dim accumulators (sum of squared gradients) */
+	EMBER_CACHE_OPT_ROWWISE_ADAGRAD = 2, /* one accumulator per row (sum of the mean
+						squared gradient), as FBGEMM's row-wise
+						Adagrad */
+};
+
+/* ember_cache_table.init: a table's own init, overriding ember_cache_options.init. */
+enum {
+	EMBER_CACHE_TABLE_INIT_CACHE = 0,   /* default: as ember_cache_options says */
+	EMBER_CACHE_TABLE_INIT_ZERO = 1,    /* all elements 0 */
+	EMBER_CACHE_TABLE_INIT_UNIFORM = 2, /* uniform in [-init_scale, init_scale) of this
+					       table (init_scale 0: 0.01), from init_seed of
+					       this table */
+};
+
 /* One embedding table. */
 typedef struct ember_cache_table {
-	uint64_t rows;    /* required: row ids are 0 .. rows-1 (at most EMBER_CACHE_MAX_ROWS) */
-	uint32_t dim;     /* required: elements per row, 1 .. EMBER_CACHE_MAX_DIM */
-	uint32_t storage; /* EMBER_CACHE_STORE_*; 0: fp32 */
+	uint64_t rows;      /* required: row ids are 0 .. rows-1 (at most EMBER_CACHE_MAX_ROWS) */
+	uint32_t dim;       /* required: elements per row, 1 .. EMBER_CACHE_MAX_DIM */
+	uint32_t storage;   /* EMBER_CACHE_STORE_*; 0: fp32 */
+	uint32_t optimizer; /* EMBER_CACHE_OPT_*; 0: no state */
+	uint32_t init;      /* EMBER_CACHE_TABLE_INIT_*; 0: the cache's init */
+	float init_scale;   /* with EMBER_CACHE_TABLE_INIT_UNIFORM; finite, >= 0; 0: 0.01 */
+	uint32_t reserved_; /* must be 0 */
+	uint64_t init_seed; /* with EMBER_CACHE_TABLE_INIT_UNIFORM */
 } ember_cache_table;
 
 /*
@@ -251,13 +283,69 @@ typedef struct ember_cache_view {
 					 NULL when that work has completed. Set to NULL by
 					 acquire. */
 	void *internal_;              /* the cache's own; do not touch */
+	uint64_t nslots;              /* OUT: slots in slot_memory (the capacity): slot
+					 indices are < nslots, and slot_memory spans
+					 nslots * slot_stride floats */
 } ember_cache_view;
 
-/* The row of lookup i of part p of an acquired view. */
-static inline float *ember_cache_row(const ember_cache_view *v, uint32_t p, uint32_t i)
-{
-	return v->slot_memory + (size_t)v->slots[p][i] * v->slot_stride;
-}
+/* The row of lookup i of part p of an acquired view (its optimizer state, if the
+ * table has one, follows at + dim). */
+float *ember_cache_row(const ember_cache_view *v, uint32_t p, uint32_t i);
+
+/* Floats of optimizer state after a row of the table: 0 (EMBER_CACHE_OPT_NONE), dim
+ * (EMBER_CACHE_OPT_ADAGRAD) or 1 (EMBER_CACHE_OPT_ROWWISE_ADAGRAD); 0 for a bad table
+ * or NULL cache. */
+uint32_t ember_cache_state_floats(const ember_cache *cache, uint32_t table);
+
+/* Fused optimizer update: ember_cache_apply's hyper-parameters. */
+typedef struct ember_cache_update {
+	float lr;           /* learning rate, finite (may be 0 or negative) */
+	float eps;          /* Adagrad's epsilon, finite, >= 0; 0: 1e-10 (torch's
+			       default). Unused by tables without state. */
+	float weight_decay; /* L2 penalty added to the gradient (g + wd * w), finite, >= 0 */
+	uint32_t reserved_; /* must be 0 */
+} ember_cache_update;
+
+/*
+ * Apply gradients to the rows of part `part` of an acquired view with the table's
+ * optimizer: grads holds one row of dim floats per lookup of the part, in lookup
+ * order (row i at grads + i * grad_stride floats; grad_stride >= dim, 0: dim).
+ * The gradients of lookups naming the same row are summed first (in lookup order),
+ * then each distinct row is updated once:
+ *   EMBER_CACHE_OPT_NONE (SGD):         w -= lr * g
+ *   EMBER_CACHE_OPT_ADAGRAD:            s += g * g;        w -= lr * g / (sqrt(s) + eps)
+ *   EMBER_CACHE_OPT_ROWWISE_ADAGRAD:    s += mean(g * g);  w -= lr * g / (sqrt(s) + eps)
+ * (g with weight decay: g + weight_decay * w), exactly as torch.optim.SGD and
+ * torch.optim.Adagrad (lr_decay 0, initial accumulator 0) update a dense table
+ * whose gradient is the same sum. Host slots only (GPU slots: ember_gpu_scatter_apply
+ * on the view's arena). The cache's calls on one view are the trainer's (one thread).
+ * EMBER_EINVAL: NULL arguments, part out of range, grad_stride < dim, a bad update,
+ * GPU slots. EMBER_ESTATE: view is not the batch now acquired. EMBER_ENOMEM.
+ */
+int ember_cache_apply(ember_cache *cache, ember_cache_view *view, uint32_t part,
+		      const float *grads, size_t grad_stride, const ember_cache_update *upd);
+
+/*
+ * Read rows through the cache: out[i * dim ..] = row rows[i] of `table` as the next
+ * batch acquired would see it (every update of every released batch, rows still
+ * dirty in the cache included; a row nobody wrote is its init). state_out, if not
+ * NULL, gets the rows' optimizer state (ember_cache_state_floats floats each).
+ * Does not change what is cached, nor the cache's statistics of batches.
+ * Write rows through the cache: the store and every cached copy take the given
+ * rows (and state: state_in NULL keeps each row's state as it is), as if a
+ * released batch had written them: every batch acquired afterwards sees them.
+ * Both may be called while batches are pushed (from the loader thread) but not
+ * while a batch is acquired; like flush, they run on the prefetcher between its
+ * rounds and wait for it. Rows in fp16 storage are rounded on write (to nearest
+ * even). Duplicates in rows: read gives each its value; write applies them in order.
+ * EMBER_EINVAL: NULL arguments with n > 0, table out of range, a row id >= the
+ * table's rows. EMBER_ESTATE: a batch is acquired, or the prefetcher failed.
+ * EMBER_ENOMEM; store errors pass through.
+ */
+int ember_cache_read_rows(ember_cache *cache, uint32_t table, size_t n, const uint64_t *rows,
+			  float *out, float *state_out);
+int ember_cache_write_rows(ember_cache *cache, uint32_t table, size_t n, const uint64_t *rows,
+			   const float *in, const float *state_in);
 
 /* A snapshot of a cache's counters (since open). */
 typedef struct ember_cache_stats {

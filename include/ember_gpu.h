@@ -113,9 +113,12 @@ typedef struct ember_gpu_arena ember_gpu_arena;
 
 /* ember_gpu_options.backend */
 enum {
-	EMBER_GPU_BACKEND_AUTO = 0, /* CUDA when built with it and a device exists, else host */
+	EMBER_GPU_BACKEND_AUTO = 0, /* CUDA when built with it and a device exists, host when
+				       there is no device; EMBER_EIO when the CUDA runtime
+				       fails (ember_gpu_device_count) */
 	EMBER_GPU_BACKEND_HOST = 1, /* plain memory and worker threads */
-	EMBER_GPU_BACKEND_CUDA = 2, /* EMBER_EINVAL when built without CUDA or no such device */
+	EMBER_GPU_BACKEND_CUDA = 2, /* EMBER_EINVAL when built without CUDA or no such device,
+				       EMBER_EIO when the CUDA runtime fails */
 };
 
 #define EMBER_GPU_MAX_COPY_STREAMS 8u

@@ -402,16 +402,22 @@ static void test_current_device(ember_gpu *g)
 
 	/* a context of the caller's own, current: still current after Ember's calls */
 	ctx_get_fn get = (ctx_get_fn)cuda_sym("libcuda.so.1", "cuCtxGetCurrent");
-	ctx_create_fn create = (ctx_create_fn)cuda_sym("libcuda.so.1", "cuCtxCreate_v2");
-	ctx_pop_fn pop = (ctx_pop_fn)cuda_sym("libcuda.so.1", "cuCtxPopCurrent_v2");
-	ctx_destroy_fn destroy = (ctx_destroy_fn)cuda_sym("libcuda.so.1", "cuCtxDestroy_v2");
-	void *mine = NULL, *cur = NULL;
-	CHECK(create(&mine, 0, 0) == 0 && mine, "cuCtxCreate");
-	ember_calls(g);
-	CHECK(get(&cur) == 0 && cur == mine, "Ember replaced the caller's context %p by %p",
-	      mine, cur);
-	CHECK(pop(&cur) == 0 && cur == mine, "the caller's context stack changed");
-	CHECK(destroy(mine) == 0, "cuCtxDestroy");
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	ctx_create_fn create = h ? (ctx_create_fn)dlsym(h, "cuCtxCreate_v2") : NULL;
+	if (create) {
+		ctx_pop_fn pop = (ctx_pop_fn)cuda_sym("libcuda.so.1", "cuCtxPopCurrent_v2");
+		ctx_destroy_fn destroy = (ctx_destroy_fn)cuda_sym("libcuda.so.1", "cuCtxDestroy_v2");
+		void *mine = NULL, *cur = NULL;
+		CHECK(create(&mine, 0, 0) == 0 && mine, "cuCtxCreate");
+		ember_calls(g);
+		CHECK(get(&cur) == 0 && cur == mine, "Ember replaced the caller's context %p by %p",
+		      mine, cur);
+		CHECK(pop(&cur) == 0 && cur == mine, "the caller's context stack changed");
+		CHECK(destroy(mine) == 0, "cuCtxDestroy");
+	} else {
+		printf("current device: this driver exports no cuCtxCreate_v2: the caller's-own-"
+		       "context check is not run\n");
+	}
 
 	/* two devices: the runtime's current device of the caller stays 0 */
 	if (ember_gpu_device_count() >= 2) {

@@ -8,41 +8,30 @@
  * Scatter-apply (duplicates summed, then one optimizer step per distinct row):
  *   1. k_scatter_prep: keys[i] = slots[i] (a bad index becomes the sentinel
  *      `slots`, sorting last, and sets the error flag), vals[i] = i.
- *   2. cub::DeviceRadixSort::SortPairs on the low ceil(log2(slots + 1)) bits: equal
- *      slots become adjacent. The sort is stable, so within a run the lookups stay
- *      in increasing order.
+ *   2. cub::DeviceRadixSort::SortPairs on the low ceil(log2(slots + 1)) bits, in
+ *      its double-buffer form (keys/skeys and vals/svals are the two buffers; the
+ *      sorted pairs end in whichever the sort says): equal slots become adjacent.
+ *      The sort is stable, so within a run the lookups stay in increasing order.
  *   3. k_scatter_apply: the warp at sorted position p does nothing unless p starts a
  *      run (p == 0 or key[p-1] != key[p]); the run's warp sums the run's gradient
  *      rows in order and applies SGD or Adagrad to the row once. No atomics: each
  *      row has exactly one writer, and the result is deterministic.
- * Scratch (keys, vals, sorted copies, CUB's temporary) comes from cudaMallocAsync
- * on the same stream and goes back with cudaFreeAsync after step 3.
+ * Scratch: the four arrays of n words (each rounded up to 256 bytes) and CUB's
+ * temporary storage, which with the double-buffer form holds only the sort's
+ * digit counters (scatter_layout; ember_gpu_scatter_scratch gives the total). It
+ * comes from Ember's own memory pool (cudaMallocFromPoolAsync) on the same stream
+ * and goes back with cudaFreeAsync after step 3; on a device without memory pools,
+ * from cudaMalloc, freed after the stream was synchronized.
  *
  * Arithmetic uses the explicitly rounded intrinsics (__fadd_rn, __fmul_rn, ...) so
  * nvcc does not contract a*b+c into an FMA: results then match the host backend's
  * plain float arithmetic (host_kernels.c) operation for operation.
  */
-#include <cuda_runtime.h>
+#include "cuda_int.h"
+
 #include <cub/device/device_radix_sort.cuh>
 
-#include <ember.h>
 #include <ember_gpu.h>
-
-#include "backend.h"
-
-int egc_map_error(cudaError_t e);
-
-/* On failure: reset the thread's last-error state too (a non-sticky error, e.g. a
- * failed cudaMalloc, would otherwise be reported again by the next launch's
- * cudaGetLastError), then return the mapped code. */
-#define EGC_TRY(expr)                                                               \
-	do {                                                                        \
-		cudaError_t egc_e_ = (expr);                                        \
-		if (egc_e_ != cudaSuccess) {                                        \
-			(void)cudaGetLastError();                                   \
-			return egc_map_error(egc_e_);                               \
-		}                                                                   \
-	} while (0)
 
 namespace {
 
@@ -219,12 +208,12 @@ size_t round256(size_t x)
 
 extern "C" {
 
-int egc_gather(int dev, void *s, const eg_arena_view *v, const uint32_t *slots, uint32_t n,
+int egc_gather(const eg_dev *d, void *s, const eg_arena_view *v, const uint32_t *slots, uint32_t n,
 	       float *out, uint32_t flags)
 {
 	const uint32_t w = v->dim + ((flags & EMBER_GPU_WITH_STATE) ? v->state_floats : 0);
 	const cudaStream_t st = (cudaStream_t)s;
-	EGC_TRY(cudaSetDevice(dev));
+	EGC_ENTER(d);
 	(void)cudaGetLastError(); /* so the check after the launch sees only the launch */
 	if (w % 4 == 0 && aligned16(out))
 		k_gather<float4><<<blocks_for(n), kBlock, 0, st>>>(*v, slots, n, out, w);
@@ -234,7 +223,7 @@ int egc_gather(int dev, void *s, const eg_arena_view *v, const uint32_t *slots, 
 	return 0;
 }
 
-int egc_install(int dev, void *s, const eg_arena_view *v, const uint32_t *slots, uint32_t n,
+int egc_install(const eg_dev *d, void *s, const eg_arena_view *v, const uint32_t *slots, uint32_t n,
 		const float *rows, uint32_t flags, float state_init)
 {
 	const bool with_state = flags & EMBER_GPU_WITH_STATE;
@@ -242,7 +231,7 @@ int egc_install(int dev, void *s, const eg_arena_view *v, const uint32_t *slots,
 	const uint32_t copy = with_state ? w : v->dim;
 	const bool init = !with_state && v->state_floats > 0;
 	const cudaStream_t st = (cudaStream_t)s;
-	EGC_TRY(cudaSetDevice(dev));
+	EGC_ENTER(d);
 	(void)cudaGetLastError(); /* so the check after the launch sees only the launch */
 	if (copy % 4 == 0 && w % 4 == 0 && aligned16(rows))
 		k_install<float4><<<blocks_for(n), kBlock, 0, st>>>(*v, slots, n, rows, w, copy,
@@ -254,48 +243,89 @@ int egc_install(int dev, void *s, const eg_arena_view *v, const uint32_t *slots,
 	return 0;
 }
 
-int egc_scatter_apply(int dev, void *s, const eg_arena_view *v, const uint32_t *slots,
+/* The scratch of one scatter-apply: 4 arrays of n words, then CUB's temporary. */
+struct scatter_layout {
+	int end_bit;
+	size_t arr;        /* bytes of one array, rounded up to 256 */
+	size_t temp_bytes; /* CUB's */
+	size_t total;
+};
+
+static cudaError_t scatter_plan(const eg_arena_view *v, uint32_t n, cudaStream_t st,
+				scatter_layout *l)
+{
+	l->end_bit = 0;
+	while (l->end_bit < 32 && (v->slots >> l->end_bit) != 0)
+		l->end_bit++; /* the sentinel `slots` fits too */
+	l->arr = round256((size_t)n * sizeof(uint32_t));
+	l->temp_bytes = 0;
+	cub::DoubleBuffer<uint32_t> keys(nullptr, nullptr), vals(nullptr, nullptr);
+	cudaError_t e = cub::DeviceRadixSort::SortPairs(nullptr, l->temp_bytes, keys, vals, (int)n,
+							0, l->end_bit, st);
+	l->total = 4 * l->arr + l->temp_bytes;
+	return e;
+}
+
+int egc_scatter_scratch(const eg_dev *d, const eg_arena_view *v, uint32_t n, size_t *bytes)
+{
+	EGC_ENTER(d);
+	scatter_layout l;
+	EGC_TRY(scatter_plan(v, n, (cudaStream_t)d->setup, &l));
+	*bytes = l.total;
+	return 0;
+}
+
+int egc_scatter_apply(const eg_dev *d, void *s, const eg_arena_view *v, const uint32_t *slots,
 		      uint32_t n, const float *grads, const eg_update *u)
 {
 	const cudaStream_t st = (cudaStream_t)s;
-	int end_bit = 0;
-	while (end_bit < 32 && (v->slots >> end_bit) != 0)
-		end_bit++; /* the sentinel `slots` fits too */
-
-	EGC_TRY(cudaSetDevice(dev));
-	size_t temp_bytes = 0;
-	EGC_TRY(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, (const uint32_t *)nullptr,
-						(uint32_t *)nullptr, (const uint32_t *)nullptr,
-						(uint32_t *)nullptr, (int)n, 0, end_bit, st));
-	const size_t arr = round256((size_t)n * sizeof(uint32_t));
+	EGC_ENTER(d);
+	scatter_layout l;
+	EGC_TRY(scatter_plan(v, n, st, &l));
 	void *scratch = nullptr;
-	EGC_TRY(cudaMallocAsync(&scratch, 4 * arr + temp_bytes, st));
+	if (d->pool)
+		EGC_TRY(cudaMallocFromPoolAsync(&scratch, l.total, (cudaMemPool_t)d->pool, st));
+	else
+		EGC_TRY(cudaMalloc(&scratch, l.total));
 	char *base = static_cast<char *>(scratch);
-	uint32_t *keys = (uint32_t *)base, *vals = (uint32_t *)(base + arr);
-	uint32_t *skeys = (uint32_t *)(base + 2 * arr), *svals = (uint32_t *)(base + 3 * arr);
-	void *temp = base + 4 * arr;
+	cub::DoubleBuffer<uint32_t> keys((uint32_t *)base, (uint32_t *)(base + 2 * l.arr));
+	cub::DoubleBuffer<uint32_t> vals((uint32_t *)(base + l.arr), (uint32_t *)(base + 3 * l.arr));
+	void *temp = base + 4 * l.arr;
 
 	int rc = 0;
 	cudaError_t e;
+	const char *what = "k_scatter_prep launch";
 	(void)cudaGetLastError(); /* so the checks after the launches see only them */
 	k_scatter_prep<<<blocks_for_threads(n), kBlock, 0, st>>>(
-		slots, n, v->slots, v->err, keys, vals);
+		slots, n, v->slots, v->err, keys.Current(), vals.Current());
 	if ((e = cudaGetLastError()) != cudaSuccess)
 		goto out;
-	e = cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, skeys, vals, svals, (int)n, 0,
-					    end_bit, st);
+	what = "cub::DeviceRadixSort::SortPairs";
+	e = cub::DeviceRadixSort::SortPairs(temp, l.temp_bytes, keys, vals, (int)n, 0, l.end_bit, st);
 	if (e != cudaSuccess)
 		goto out;
+	/* keys.Current() / vals.Current(): where the sort left the sorted pairs */
+	what = "k_scatter_apply launch";
 	if (v->dim % 4 == 0 && aligned16(grads))
-		k_scatter_apply<float4><<<blocks_for(n), kBlock, 0, st>>>(*v, skeys, svals, n, grads, *u);
+		k_scatter_apply<float4><<<blocks_for(n), kBlock, 0, st>>>(*v, keys.Current(),
+									  vals.Current(), n, grads, *u);
 	else
-		k_scatter_apply<float><<<blocks_for(n), kBlock, 0, st>>>(*v, skeys, svals, n, grads, *u);
+		k_scatter_apply<float><<<blocks_for(n), kBlock, 0, st>>>(*v, keys.Current(),
+									 vals.Current(), n, grads, *u);
 	e = cudaGetLastError();
 out:
-	rc = egc_map_error(e);
-	cudaError_t f = cudaFreeAsync(scratch, st); /* after the kernels, in stream order */
-	if (rc == 0)
-		rc = egc_map_error(f);
+	rc = e == cudaSuccess ? 0 : egc_fail(e, what);
+	cudaError_t f;
+	if (d->pool) {
+		f = cudaFreeAsync(scratch, st); /* after the kernels, in stream order */
+	} else {
+		f = cudaStreamSynchronize(st); /* no pool: the kernels must be done first */
+		cudaError_t g = cudaFree(scratch);
+		if (f == cudaSuccess)
+			f = g;
+	}
+	if (rc == 0 && f != cudaSuccess)
+		rc = egc_fail(f, "freeing the scatter-apply scratch");
 	if (rc < 0)
 		(void)cudaGetLastError(); /* reset the last-error state (see EGC_TRY) */
 	return rc;

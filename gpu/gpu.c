@@ -9,11 +9,18 @@
  *
  * Context lifetime: ember_gpu_open creates the context's copy and compute streams;
  * every other object counts itself in g->live (eg_live_add) while it exists, and
- * ember_gpu_close refuses (EMBER_EBUSY) while live != 0.
+ * ember_gpu_close refuses (EMBER_EBUSY) while live != 0. A destroy call always
+ * frees Ember's side of its object and counts it out, even when the device call
+ * under it fails (after a device fault every CUDA call fails): it returns that
+ * error, but the object is gone, so the context can still be closed.
+ *
+ * Error detail: the CUDA backend records the text of every failure in a
+ * thread-local buffer (eg_detail_set), which ember_gpu_error_detail reads.
  */
 #include "gpu_int.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -25,6 +32,25 @@ void eg_live_add(ember_gpu *g, long d)
 	/* relaxed: only a count; ember_gpu_close must not race with these calls
 	 * (header contract), so the caller's own ordering makes it exact there. */
 	atomic_fetch_add_explicit(&g->live, d, memory_order_relaxed);
+}
+
+/* The calling thread's last failure: each thread sees its own calls' only. */
+static _Thread_local char eg_detail[256];
+
+void eg_detail_set(const char *what, const char *name, const char *text)
+{
+	snprintf(eg_detail, sizeof(eg_detail), "%s: %s (%s)", what ? what : "?",
+		 text ? text : "?", name ? name : "?");
+}
+
+int ember_gpu_error_detail(char *buf, size_t cap)
+{
+	if (!buf || cap == 0)
+		return EMBER_EINVAL;
+	if (!eg_detail[0])
+		return EMBER_ENOTFOUND;
+	snprintf(buf, cap, "%s", eg_detail);
+	return 0;
 }
 
 int ember_gpu_have_cuda(void)
@@ -63,31 +89,37 @@ static int stream_init(ember_gpu *g, ember_gpu_stream *s, bool builtin)
 	s->builtin = builtin;
 #ifdef EMBER_HAVE_CUDA
 	if (EG_CUDA(g))
-		return egc_stream_create(g->device, &s->cs);
+		return egc_stream_create(&g->dev, &s->cs);
 #endif
 	return hs_stream_create(&s->hs);
 }
 
-static void stream_fini(ember_gpu_stream *s)
+/* Waits for the stream, then destroys it; returns the first device error. */
+static int stream_fini(ember_gpu_stream *s)
 {
 #ifdef EMBER_HAVE_CUDA
 	if (EG_CUDA(s->g)) {
-		egc_stream_synchronize(s->g->device, s->cs);
-		egc_stream_destroy(s->g->device, s->cs);
-		return;
+		int rc = egc_stream_synchronize(&s->g->dev, s->cs);
+		int rc2 = egc_stream_destroy(&s->g->dev, s->cs);
+		return rc < 0 ? rc : rc2;
 	}
 #endif
 	hs_stream_destroy(s->hs); /* runs what is queued first */
+	return 0;
 }
 
-static void builtin_fini(ember_gpu *g, uint32_t n_h2d, uint32_t n_d2h, bool compute)
+static int builtin_fini(ember_gpu *g, uint32_t n_h2d, uint32_t n_d2h, bool compute)
 {
-	if (compute)
-		stream_fini(&g->compute);
+	int rc = 0, rc2;
+	if (compute && (rc2 = stream_fini(&g->compute)) < 0 && rc == 0)
+		rc = rc2;
 	for (uint32_t i = n_d2h; i-- > 0;)
-		stream_fini(&g->d2h[i]);
+		if ((rc2 = stream_fini(&g->d2h[i])) < 0 && rc == 0)
+			rc = rc2;
 	for (uint32_t i = n_h2d; i-- > 0;)
-		stream_fini(&g->h2d[i]);
+		if ((rc2 = stream_fini(&g->h2d[i])) < 0 && rc == 0)
+			rc = rc2;
+	return rc;
 }
 
 int ember_gpu_open(const ember_gpu_options *opts, ember_gpu **out)
@@ -109,20 +141,26 @@ int ember_gpu_open(const ember_gpu_options *opts, ember_gpu **out)
 	    o.device < 0 || o.h2d_streams > EMBER_GPU_MAX_COPY_STREAMS ||
 	    o.d2h_streams > EMBER_GPU_MAX_COPY_STREAMS)
 		return EMBER_EINVAL;
-	int ndev = ember_gpu_device_count();
-	if (o.backend == EMBER_GPU_BACKEND_AUTO)
-		o.backend = o.device < ndev ? EMBER_GPU_BACKEND_CUDA : EMBER_GPU_BACKEND_HOST;
-	if (o.backend == EMBER_GPU_BACKEND_CUDA && o.device >= ndev)
-		return EMBER_EINVAL; /* built without CUDA, or no such device */
+	if (o.backend != EMBER_GPU_BACKEND_HOST) {
+		/* a runtime that fails (a driver too old for it, a broken install) is an
+		 * error, also for AUTO: running on host memory instead would hide it */
+		int ndev = ember_gpu_device_count();
+		if (ndev < 0)
+			return ndev;
+		if (o.backend == EMBER_GPU_BACKEND_AUTO)
+			o.backend = o.device < ndev ? EMBER_GPU_BACKEND_CUDA : EMBER_GPU_BACKEND_HOST;
+		if (o.backend == EMBER_GPU_BACKEND_CUDA && o.device >= ndev)
+			return EMBER_EINVAL; /* built without CUDA, or no such device */
+	}
 
 	ember_gpu *g = em_zalloc(sizeof(*g));
 	if (!g)
 		return EMBER_ENOMEM;
 	g->backend = o.backend;
-	g->device = o.backend == EMBER_GPU_BACKEND_CUDA ? o.device : 0;
+	g->dev.ordinal = o.backend == EMBER_GPU_BACKEND_CUDA ? o.device : 0;
 	atomic_init(&g->live, 0);
 #ifdef EMBER_HAVE_CUDA
-	if (EG_CUDA(g) && (rc = egc_init(g->device)) < 0)
+	if (EG_CUDA(g) && (rc = egc_init(&g->dev, o.device)) < 0)
 		goto undo_alloc;
 #endif
 	for (; g->n_h2d < o.h2d_streams; g->n_h2d++)
@@ -139,6 +177,8 @@ int ember_gpu_open(const ember_gpu_options *opts, ember_gpu **out)
 undo_streams:
 	builtin_fini(g, g->n_h2d, g->n_d2h, false);
 #ifdef EMBER_HAVE_CUDA
+	if (EG_CUDA(g))
+		egc_fini(&g->dev);
 undo_alloc:
 #endif
 	em_free(g, sizeof(*g));
@@ -152,9 +192,17 @@ int ember_gpu_close(ember_gpu *g)
 	/* relaxed: close must not race with the calls that count (eg_live_add). */
 	if (atomic_load_explicit(&g->live, memory_order_relaxed) != 0)
 		return EMBER_EBUSY;
-	builtin_fini(g, g->n_h2d, g->n_d2h, true);
+	/* from here on everything is freed, whatever the device says */
+	int rc = builtin_fini(g, g->n_h2d, g->n_d2h, true);
+#ifdef EMBER_HAVE_CUDA
+	if (EG_CUDA(g)) {
+		int rc2 = egc_fini(&g->dev);
+		if (rc == 0)
+			rc = rc2;
+	}
+#endif
 	em_free(g, sizeof(*g));
-	return 0;
+	return rc;
 }
 
 int ember_gpu_backend(const ember_gpu *g)
@@ -213,22 +261,17 @@ int ember_gpu_stream_destroy(ember_gpu_stream *s)
 	if (s->builtin)
 		return EMBER_EINVAL;
 	ember_gpu *g = s->g;
+	int rc = 0;
 #ifdef EMBER_HAVE_CUDA
-	if (EG_CUDA(g)) {
-		/* cudaStreamDestroy lets queued work finish on the device. */
-		int rc = egc_stream_destroy(g->device, s->cs);
-		if (rc < 0)
-			return rc;
-		goto done;
-	}
+	if (EG_CUDA(g))
+		rc = egc_stream_destroy(&g->dev, s->cs); /* lets queued work finish on the device */
+	else
 #endif
-	hs_stream_destroy(s->hs);
-#ifdef EMBER_HAVE_CUDA
-done:
-#endif
+		hs_stream_destroy(s->hs);
+	/* freed and counted out even if the device failed (see the top of the file) */
 	em_free(s, sizeof(*s));
 	eg_live_add(g, -1);
-	return 0;
+	return rc;
 }
 
 int ember_gpu_stream_synchronize(ember_gpu_stream *s)
@@ -237,7 +280,7 @@ int ember_gpu_stream_synchronize(ember_gpu_stream *s)
 		return EMBER_EINVAL;
 #ifdef EMBER_HAVE_CUDA
 	if (EG_CUDA(s->g))
-		return egc_stream_synchronize(s->g->device, s->cs);
+		return egc_stream_synchronize(&s->g->dev, s->cs);
 #endif
 	hs_stream_synchronize(s->hs);
 	return 0;
@@ -249,7 +292,7 @@ int ember_gpu_stream_wait_event(ember_gpu_stream *s, ember_gpu_event *e)
 		return EMBER_EINVAL;
 #ifdef EMBER_HAVE_CUDA
 	if (EG_CUDA(s->g))
-		return egc_stream_wait_event(s->g->device, s->cs, e->ce);
+		return egc_stream_wait_event(&s->g->dev, s->cs, e->ce);
 #endif
 	return hs_stream_wait_event(s->hs, e->he);
 }
@@ -260,7 +303,7 @@ int ember_gpu_stream_host_func(ember_gpu_stream *s, void (*fn)(void *arg), void 
 		return EMBER_EINVAL;
 #ifdef EMBER_HAVE_CUDA
 	if (EG_CUDA(s->g))
-		return egc_stream_host_func(s->g->device, s->cs, fn, arg);
+		return egc_stream_host_func(&s->g->dev, s->cs, fn, arg);
 #endif
 	return hk_host_func(s->hs, fn, arg);
 }
@@ -277,17 +320,24 @@ int ember_gpu_stream_handle(ember_gpu_stream *s, void **out)
 
 int ember_gpu_event_create(ember_gpu *g, ember_gpu_event **out)
 {
-	if (!g || !out)
+	return ember_gpu_event_create_flags(g, 0, out);
+}
+
+int ember_gpu_event_create_flags(ember_gpu *g, uint32_t flags, ember_gpu_event **out)
+{
+	if (!g || !out || (flags & ~(EMBER_GPU_EVENT_TIMING | EMBER_GPU_EVENT_BLOCKING)))
 		return EMBER_EINVAL;
 	ember_gpu_event *e = em_zalloc(sizeof(*e));
 	if (!e)
 		return EMBER_ENOMEM;
 	e->g = g;
+	e->flags = flags;
 	atomic_init(&e->recorded, false);
 	int rc;
 #ifdef EMBER_HAVE_CUDA
 	if (EG_CUDA(g))
-		rc = egc_event_create(g->device, &e->ce);
+		rc = egc_event_create(&g->dev, &e->ce, !!(flags & EMBER_GPU_EVENT_TIMING),
+				      !!(flags & EMBER_GPU_EVENT_BLOCKING));
 	else
 #endif
 		rc = hs_event_create(&e->he);
@@ -305,15 +355,16 @@ int ember_gpu_event_destroy(ember_gpu_event *e)
 	if (!e)
 		return 0;
 	ember_gpu *g = e->g;
+	int rc = 0;
 #ifdef EMBER_HAVE_CUDA
 	if (EG_CUDA(g))
-		egc_event_destroy(g->device, e->ce); /* CUDA keeps pending waits valid */
+		rc = egc_event_destroy(&g->dev, e->ce); /* CUDA keeps pending waits valid */
 	else
 #endif
 		hs_event_destroy(e->he); /* queued operations hold their own references */
 	em_free(e, sizeof(*e));
 	eg_live_add(g, -1);
-	return 0;
+	return rc;
 }
 
 int ember_gpu_event_record(ember_gpu_event *e, ember_gpu_stream *s)
@@ -322,7 +373,7 @@ int ember_gpu_event_record(ember_gpu_event *e, ember_gpu_stream *s)
 		return EMBER_EINVAL;
 #ifdef EMBER_HAVE_CUDA
 	if (EG_CUDA(s->g)) {
-		int rc = egc_event_record(s->g->device, e->ce, s->cs);
+		int rc = egc_event_record(&s->g->dev, e->ce, s->cs);
 		if (rc == 0) /* relaxed: a flag for elapsed_ms, read after a sync */
 			atomic_store_explicit(&e->recorded, true, memory_order_relaxed);
 		return rc;
@@ -337,7 +388,7 @@ int ember_gpu_event_query(ember_gpu_event *e)
 		return EMBER_EINVAL;
 #ifdef EMBER_HAVE_CUDA
 	if (EG_CUDA(e->g))
-		return egc_event_query(e->g->device, e->ce);
+		return egc_event_query(&e->g->dev, e->ce);
 #endif
 	return hs_event_query(e->he);
 }
@@ -348,7 +399,7 @@ int ember_gpu_event_synchronize(ember_gpu_event *e)
 		return EMBER_EINVAL;
 #ifdef EMBER_HAVE_CUDA
 	if (EG_CUDA(e->g))
-		return egc_event_synchronize(e->g->device, e->ce);
+		return egc_event_synchronize(&e->g->dev, e->ce);
 #endif
 	hs_event_synchronize(e->he);
 	return 0;
@@ -356,7 +407,8 @@ int ember_gpu_event_synchronize(ember_gpu_event *e)
 
 int ember_gpu_event_elapsed_ms(ember_gpu_event *start, ember_gpu_event *end, float *ms)
 {
-	if (!start || !end || !ms || start->g != end->g)
+	if (!start || !end || !ms || start->g != end->g ||
+	    !(start->flags & end->flags & EMBER_GPU_EVENT_TIMING))
 		return EMBER_EINVAL;
 #ifdef EMBER_HAVE_CUDA
 	if (EG_CUDA(start->g)) {
@@ -364,7 +416,7 @@ int ember_gpu_event_elapsed_ms(ember_gpu_event *start, ember_gpu_event *end, flo
 		if (!atomic_load_explicit(&start->recorded, memory_order_relaxed) ||
 		    !atomic_load_explicit(&end->recorded, memory_order_relaxed))
 			return EMBER_ESTATE;
-		return egc_event_elapsed_ms(start->g->device, start->ce, end->ce, ms);
+		return egc_event_elapsed_ms(&start->g->dev, start->ce, end->ce, ms);
 	}
 #endif
 	return hs_event_elapsed_ms(start->he, end->he, ms);
@@ -387,8 +439,8 @@ static int mem_alloc(ember_gpu *g, size_t bytes, void **out, bool pinned)
 	void *p = NULL;
 #ifdef EMBER_HAVE_CUDA
 	if (EG_CUDA(g)) {
-		int rc = pinned ? egc_host_alloc(g->device, bytes, &p)
-				: egc_mem_alloc(g->device, bytes, &p);
+		int rc = pinned ? egc_host_alloc(&g->dev, bytes, &p)
+				: egc_mem_alloc(&g->dev, bytes, &p);
 		if (rc < 0)
 			return rc;
 		goto done;
@@ -414,11 +466,11 @@ static int mem_free(ember_gpu *g, void *ptr, bool pinned)
 		return 0;
 #ifdef EMBER_HAVE_CUDA
 	if (EG_CUDA(g)) {
-		int rc = pinned ? egc_host_free(g->device, ptr) : egc_mem_free(g->device, ptr);
-		if (rc < 0)
-			return rc;
+		int rc = pinned ? egc_host_free(&g->dev, ptr) : egc_mem_free(&g->dev, ptr);
+		/* counted out even if the device failed: after a fault the memory is
+		 * the driver's to reclaim, and close must not stay EBUSY */
 		eg_live_add(g, -1);
-		return 0;
+		return rc;
 	}
 #endif
 	(void)pinned;
@@ -459,7 +511,7 @@ static int copy(ember_gpu_stream *s, void *dst, const void *src, size_t bytes, i
 					CUDA's unified addressing, or the host's) */
 #ifdef EMBER_HAVE_CUDA
 	if (EG_CUDA(s->g))
-		return egc_copy(s->g->device, s->cs, dst, src, bytes, kind);
+		return egc_copy(&s->g->dev, s->cs, dst, src, bytes, kind);
 #endif
 	(void)kind;
 	return hk_copy(s->hs, dst, src, bytes);
@@ -488,7 +540,7 @@ int ember_gpu_memset(ember_gpu_stream *s, void *dst_dev, int value, size_t bytes
 		return 0;
 #ifdef EMBER_HAVE_CUDA
 	if (EG_CUDA(s->g))
-		return egc_memset(s->g->device, s->cs, dst_dev, value, bytes);
+		return egc_memset(&s->g->dev, s->cs, dst_dev, value, bytes);
 #endif
 	return hk_memset(s->hs, dst_dev, value, bytes);
 }
@@ -525,14 +577,14 @@ int ember_gpu_arena_create(ember_gpu *g, const ember_gpu_arena_options *opts,
 #ifdef EMBER_HAVE_CUDA
 	if (EG_CUDA(g)) {
 		void *p = NULL;
-		if ((rc = egc_mem_alloc(g->device, a->bytes, &p)) < 0)
+		if ((rc = egc_mem_alloc(&g->dev, a->bytes, &p)) < 0)
 			goto undo_arena;
 		a->v.base = p;
-		if ((rc = egc_memset_sync(g->device, p, a->bytes)) < 0)
+		if ((rc = egc_memset_sync(&g->dev, p, a->bytes)) < 0)
 			goto undo_base;
 		/* The error word: pinned and mapped, so kernels store to it and the
 		 * host reads it without a copy. */
-		if ((rc = egc_host_alloc(g->device, sizeof(int), &p)) < 0)
+		if ((rc = egc_host_alloc(&g->dev, sizeof(int), &p)) < 0)
 			goto undo_base;
 		a->err_mem = p;
 		*a->err_mem = 0;
@@ -557,7 +609,7 @@ done:
 
 #ifdef EMBER_HAVE_CUDA
 undo_base:
-	egc_mem_free(g->device, a->v.base);
+	egc_mem_free(&g->dev, a->v.base);
 #endif
 undo_arena:
 	em_free(a, sizeof(*a));
@@ -569,16 +621,19 @@ int ember_gpu_arena_destroy(ember_gpu_arena *a)
 	if (!a)
 		return 0;
 	ember_gpu *g = a->g;
+	int rc = 0;
 #ifdef EMBER_HAVE_CUDA
 	if (EG_CUDA(g)) {
-		egc_host_free(g->device, a->err_mem);
-		egc_mem_free(g->device, a->v.base);
+		rc = egc_host_free(&g->dev, a->err_mem);
+		int rc2 = egc_mem_free(&g->dev, a->v.base);
+		if (rc == 0)
+			rc = rc2;
 	} else
 #endif
 		em_free(a->v.base, a->bytes);
 	em_free(a, sizeof(*a));
-	eg_live_add(g, -1);
-	return 0;
+	eg_live_add(g, -1); /* even if the device failed (see the top of the file) */
+	return rc;
 }
 
 int ember_gpu_arena_query(const ember_gpu_arena *a, ember_gpu_arena_info *out)
@@ -631,7 +686,7 @@ int ember_gpu_gather(ember_gpu_stream *s, ember_gpu_arena *a, const uint32_t *sl
 		return rc;
 #ifdef EMBER_HAVE_CUDA
 	if (EG_CUDA(s->g))
-		return egc_gather(s->g->device, s->cs, &a->v, slots, n, out, flags);
+		return egc_gather(&s->g->dev, s->cs, &a->v, slots, n, out, flags);
 #endif
 	return hk_gather(s->hs, &a->v, slots, n, out, flags);
 }
@@ -648,7 +703,7 @@ int ember_gpu_install(ember_gpu_stream *s, ember_gpu_arena *a, const uint32_t *s
 		return 0;
 #ifdef EMBER_HAVE_CUDA
 	if (EG_CUDA(s->g))
-		return egc_install(s->g->device, s->cs, &a->v, slots, n, rows, flags, state_init);
+		return egc_install(&s->g->dev, s->cs, &a->v, slots, n, rows, flags, state_init);
 #endif
 	return hk_install(s->hs, &a->v, slots, n, rows, flags, state_init);
 }
@@ -673,7 +728,23 @@ int ember_gpu_scatter_apply(ember_gpu_stream *s, ember_gpu_arena *a, const uint3
 			.eps = upd->eps > 0.0f ? upd->eps : 1e-10f };
 #ifdef EMBER_HAVE_CUDA
 	if (EG_CUDA(s->g))
-		return egc_scatter_apply(s->g->device, s->cs, &a->v, slots, n, grads, &u);
+		return egc_scatter_apply(&s->g->dev, s->cs, &a->v, slots, n, grads, &u);
 #endif
 	return hk_scatter_apply(s->hs, &a->v, slots, n, grads, &u);
+}
+
+int ember_gpu_scatter_scratch(const ember_gpu_arena *a, uint32_t n, size_t *bytes)
+{
+	if (!a || !bytes || n > EG_MAX_SCATTER)
+		return EMBER_EINVAL;
+	if (n == 0) {
+		*bytes = 0;
+		return 0;
+	}
+#ifdef EMBER_HAVE_CUDA
+	if (EG_CUDA(a->g))
+		return egc_scatter_scratch(&a->g->dev, &a->v, n, bytes);
+#endif
+	*bytes = hk_scatter_scratch(&a->v, n);
+	return 0;
 }

@@ -34,7 +34,7 @@ struct ember_gpu_stream {
 
 struct ember_gpu {
 	int backend; /* EMBER_GPU_BACKEND_HOST or _CUDA */
-	int device;
+	eg_dev dev;  /* CUDA: device ordinal, primary context, pool, set-up stream */
 	/* Objects created from the context and not yet destroyed (streams, events,
 	 * staging rings, arenas, device and pinned buffers). */
 	atomic_long live;
@@ -48,6 +48,7 @@ struct ember_gpu_event {
 	ember_gpu *g;
 	hs_event *he;         /* host backend */
 	void *ce;             /* CUDA: cudaEvent_t */
+	uint32_t flags;       /* EMBER_GPU_EVENT_* it was created with */
 	atomic_bool recorded; /* CUDA: elapsed_ms on a never-recorded event is ESTATE */
 };
 

@@ -44,6 +44,8 @@ int hk_gather(hs_stream *s, const eg_arena_view *v, const uint32_t *slots, uint3
 	      float *out, uint32_t flags);
 int hk_install(hs_stream *s, const eg_arena_view *v, const uint32_t *slots, uint32_t n,
 	       const float *rows, uint32_t flags, float state_init);
+/* The scratch hk_scatter_apply takes (malloc at enqueue): n sort keys, one row. */
+size_t hk_scatter_scratch(const eg_arena_view *v, uint32_t n);
 int hk_scatter_apply(hs_stream *s, const eg_arena_view *v, const uint32_t *slots,
 		     uint32_t n, const float *grads, const eg_update *u);
 

@@ -224,12 +224,17 @@ static void run_scatter(void *p)
 	em_free(a->keys, a->scratch_bytes);
 }
 
+size_t hk_scatter_scratch(const eg_arena_view *v, uint32_t n)
+{
+	return (size_t)n * sizeof(uint64_t) + (size_t)v->dim * sizeof(float);
+}
+
 int hk_scatter_apply(hs_stream *s, const eg_arena_view *v, const uint32_t *slots,
 		     uint32_t n, const float *grads, const eg_update *u)
 {
 	struct scatter_args a = { .v = *v, .slots = slots, .grads = grads, .n = n, .u = *u };
 
-	a.scratch_bytes = (size_t)n * sizeof(uint64_t) + (size_t)v->dim * sizeof(float);
+	a.scratch_bytes = hk_scatter_scratch(v, n);
 	a.keys = em_alloc(a.scratch_bytes);
 	if (!a.keys)
 		return EMBER_ENOMEM;

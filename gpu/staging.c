@@ -104,7 +104,9 @@ int ember_gpu_staging_create(ember_gpu *g, const ember_gpu_staging_options *opts
 		goto undo_arrays;
 	st->mem = mem;
 	for (; made < st->n; made++)
-		if ((rc = ember_gpu_event_create(g, &st->ev[made])) < 0)
+		/* blocking: acquire waits on these from the host, and a thread asleep
+		 * in the kernel is better than one spinning a core for a copy */
+		if ((rc = ember_gpu_event_create_flags(g, EMBER_GPU_EVENT_BLOCKING, &st->ev[made])) < 0)
 			goto undo_events;
 	for (uint32_t i = 0; i < st->n; i++)
 		st->fifo[i] = i;

@@ -9,7 +9,12 @@
  *   CUDA  streams are cudaStream_t, events cudaEvent_t, staging buffers come from
  *         cudaHostAlloc (pinned and mapped), device memory from cudaMalloc (never
  *         managed memory), kernels run on the device. Built when the library was
- *         compiled with nvcc (meson option `cuda`).
+ *         compiled with nvcc (meson option `cuda`). Every call runs on the
+ *         device's primary context (the one the CUDA runtime and PyTorch use) and
+ *         leaves the calling thread's current device and context as it found
+ *         them: the trainer's own allocations and launches are not redirected to
+ *         Ember's device, and a thread that never used CUDA gets no context
+ *         from Ember.
  *   HOST  "device" memory is plain host memory; each stream is a worker thread
  *         running its operations in order; an event is a completion object. The
  *         ordering rules below hold exactly as on CUDA, so everything written
@@ -61,12 +66,19 @@
  * before the context is closed (ember_gpu_close returns EMBER_EBUSY otherwise).
  * Objects of two contexts never mix (EMBER_EINVAL).
  *
+ * After a device fault (an illegal address in a kernel: the CUDA context is then
+ * unusable for the rest of the process) every call returns EMBER_EIO. The
+ * destroy calls still free the object and count it out (returning the error), so
+ * the context can be closed: destroy everything (release staging buffers with
+ * s == NULL), then ember_gpu_close.
+ *
  * Return values
  * -------------
  * 0 or a negative EMBER_E* code (ember_strerror explains it). EMBER_EINVAL: an
  * argument is NULL, zero where zero makes no sense, out of range, or belongs to
  * another context. EMBER_ENOMEM: host or device memory ran out. EMBER_EIO: the CUDA
- * runtime reported a device failure (a failed launch, a lost device).
+ * runtime reported a device failure (a failed launch, a lost device, a driver too
+ * old for the runtime); ember_gpu_error_detail says which call and what CUDA said.
  * Destructors accept NULL. Counts of zero (n == 0 lookups, bytes == 0) are valid
  * and enqueue nothing.
  *
@@ -101,9 +113,12 @@ typedef struct ember_gpu_arena ember_gpu_arena;
 
 /* ember_gpu_options.backend */
 enum {
-	EMBER_GPU_BACKEND_AUTO = 0, /* CUDA when built with it and a device exists, else host */
+	EMBER_GPU_BACKEND_AUTO = 0, /* CUDA when built with it and a device exists, host when
+				       there is no device; EMBER_EIO when the CUDA runtime
+				       fails (ember_gpu_device_count) */
 	EMBER_GPU_BACKEND_HOST = 1, /* plain memory and worker threads */
-	EMBER_GPU_BACKEND_CUDA = 2, /* EMBER_EINVAL when built without CUDA or no such device */
+	EMBER_GPU_BACKEND_CUDA = 2, /* EMBER_EINVAL when built without CUDA or no such device,
+				       EMBER_EIO when the CUDA runtime fails */
 };
 
 #define EMBER_GPU_MAX_COPY_STREAMS 8u
@@ -123,23 +138,50 @@ typedef struct ember_gpu_options {
 /* Fill *opts with the defaults. opts must not be NULL. */
 void ember_gpu_options_default(ember_gpu_options *opts);
 
-/* CUDA devices usable now: 0 when built without CUDA, when no driver is loaded or
- * when cudaGetDeviceCount fails. Never negative. */
+/*
+ * CUDA devices usable now (>= 0), or EMBER_EIO. 0 means there is no device: the
+ * library was built without CUDA, cudaGetDeviceCount reports cudaErrorNoDevice,
+ * or no CUDA driver is installed at all (the runtime reports a driver version of
+ * 0). Any other failure of the runtime (a driver older than the runtime, a stub
+ * libcuda, a broken install) is EMBER_EIO, with CUDA's error in
+ * ember_gpu_error_detail: it is not taken for "no device".
+ */
 int ember_gpu_device_count(void);
 
 /* 1 when this library was built with the CUDA backend, else 0. */
 int ember_gpu_have_cuda(void);
 
 /*
+ * The calling thread's last CUDA failure behind an EMBER_EIO (or ENOMEM, EINVAL)
+ * of an ember_gpu call, as one line in buf (cap bytes, NUL-terminated, truncated
+ * if needed): the call, CUDA's error text and name, e.g. "cudaGetDeviceCount: CUDA
+ * driver version is insufficient for CUDA runtime version
+ * (cudaErrorInsufficientDriver)". Returns 0, EMBER_ENOTFOUND when this thread met
+ * none, EMBER_EINVAL for a NULL buf or cap 0. Argument errors found by Ember
+ * itself leave no detail.
+ */
+int ember_gpu_error_detail(char *buf, size_t cap);
+
+/*
  * Open a context. opts may be NULL (defaults). On success *out is the context
- * (close it with ember_gpu_close); on failure *out is left unchanged.
+ * (close it with ember_gpu_close); on failure *out is left unchanged. With
+ * EMBER_GPU_BACKEND_AUTO or _CUDA, a failing CUDA runtime (ember_gpu_device_count
+ * < 0) is EMBER_EIO: AUTO falls back to the host backend only when there is no
+ * device.
+ *
+ * CUDA: the context owns a stream of its own for set-up work (arena zeroing) and
+ * a memory pool of its own (cudaMemPoolCreate) for scatter-apply's scratch; the
+ * device's default pool, which PyTorch's cudaMallocAsync allocator shares, is not
+ * touched.
  */
 int ember_gpu_open(const ember_gpu_options *opts, ember_gpu **out);
 
 /*
- * Wait for the context's own streams, then free it. EMBER_EBUSY (and nothing is
- * closed) while streams, events, staging rings, arenas or device/pinned buffers
- * created from it are alive. Accepts NULL.
+ * Wait for the context's own streams, then free it and its memory pool.
+ * EMBER_EBUSY (and nothing is closed) while streams, events, staging rings,
+ * arenas or device/pinned buffers created from it are alive. Any other result
+ * means the context is freed: 0, or the first device error met while waiting
+ * (EMBER_EIO after a device fault). Accepts NULL.
  */
 int ember_gpu_close(ember_gpu *g);
 
@@ -164,7 +206,8 @@ int ember_gpu_stream_get(ember_gpu *g, int kind, uint32_t index, ember_gpu_strea
 int ember_gpu_stream_create(ember_gpu *g, ember_gpu_stream **out);
 
 /* Let the stream's enqueued work finish (host backend: waits; CUDA: the device
- * finishes it in the background), then free it. Accepts NULL. */
+ * finishes it in the background), then free it. Accepts NULL. The stream is freed
+ * even when the device reports an error (returned). */
 int ember_gpu_stream_destroy(ember_gpu_stream *s);
 
 /* Block until everything enqueued on s so far has run. */
@@ -186,8 +229,25 @@ int ember_gpu_stream_handle(ember_gpu_stream *s, void **out);
 
 /* ==== events =================================================================== */
 
+/* flags of ember_gpu_event_create_flags */
+#define EMBER_GPU_EVENT_TIMING 0x1u   /* records a time: ember_gpu_event_elapsed_ms may
+					 be used on it (CUDA: without it the event is
+					 created with cudaEventDisableTiming, cheaper to
+					 record and to wait on) */
+#define EMBER_GPU_EVENT_BLOCKING 0x2u /* a host thread waiting on it
+					 (ember_gpu_event_synchronize) sleeps instead of
+					 spinning a core (cudaEventBlockingSync); for
+					 events the host waits on, at the cost of some
+					 microseconds of wake-up. Stream waits are not
+					 affected. */
+
+/* An event without timing, host waits spinning or yielding as the device's
+ * schedule says: ember_gpu_event_create_flags(g, 0, out). */
 int ember_gpu_event_create(ember_gpu *g, ember_gpu_event **out);
-/* Frees the event; work that waits on it still waits correctly. Accepts NULL. */
+/* flags: EMBER_GPU_EVENT_* or 0; unknown bits are EMBER_EINVAL. */
+int ember_gpu_event_create_flags(ember_gpu *g, uint32_t flags, ember_gpu_event **out);
+/* Frees the event; work that waits on it still waits correctly. Accepts NULL. The
+ * event is freed even when the device reports an error (returned). */
 int ember_gpu_event_destroy(ember_gpu_event *e);
 /* e stands for everything enqueued on s so far (rule 3). */
 int ember_gpu_event_record(ember_gpu_event *e, ember_gpu_stream *s);
@@ -197,8 +257,9 @@ int ember_gpu_event_query(ember_gpu_event *e);
 int ember_gpu_event_synchronize(ember_gpu_event *e);
 /*
  * Milliseconds between the completions of two recorded, completed events (start
- * then end). EMBER_ESTATE if either was never recorded, EMBER_EAGAIN if either is
- * not complete yet.
+ * then end), both created with EMBER_GPU_EVENT_TIMING (EMBER_EINVAL otherwise).
+ * EMBER_ESTATE if either was never recorded, EMBER_EAGAIN if either is not
+ * complete yet.
  */
 int ember_gpu_event_elapsed_ms(ember_gpu_event *start, ember_gpu_event *end, float *ms);
 /* CUDA backend: *out = the cudaEvent_t. Host backend: EMBER_EINVAL. */
@@ -208,7 +269,8 @@ int ember_gpu_event_handle(ember_gpu_event *e, void **out);
 
 /* Device memory (cudaMalloc; host: 64-byte aligned host memory), bytes >= 1.
  * Freed with ember_gpu_mem_free; the memory must be idle (no operation pending
- * on it) when freed. */
+ * on it) when freed. The free calls count the buffer out of the context even
+ * when the device reports an error (returned). */
 int ember_gpu_mem_alloc(ember_gpu *g, size_t bytes, void **out);
 int ember_gpu_mem_free(ember_gpu *g, void *ptr); /* ptr may be NULL */
 
@@ -305,11 +367,14 @@ typedef struct ember_gpu_arena_info {
 	uint32_t stride;       /* floats between consecutive slots (multiple of 4) */
 } ember_gpu_arena_info;
 
-/* Device memory for opts->slots slots, zero-filled (cudaMalloc + memset; host:
- * zeroed host memory). The zeroing is complete when the call returns. */
+/* Device memory for opts->slots slots, zero-filled (cudaMalloc, then a memset on
+ * the context's own set-up stream, which the call waits for: no other stream,
+ * the trainer's included, is waited on; host: zeroed host memory). The zeroing is
+ * complete when the call returns. */
 int ember_gpu_arena_create(ember_gpu *g, const ember_gpu_arena_options *opts,
 			   ember_gpu_arena **out);
-/* The arena must be idle (no kernel pending on it). Accepts NULL. */
+/* The arena must be idle (no kernel pending on it). Accepts NULL. Freed even when
+ * the device reports an error (returned). */
 int ember_gpu_arena_destroy(ember_gpu_arena *a);
 int ember_gpu_arena_query(const ember_gpu_arena *a, ember_gpu_arena_info *out);
 /* Device pointer of slot's row (its state follows at + dim). */
@@ -368,12 +433,25 @@ typedef struct ember_gpu_update {
  * slots[i]; n <= 2^31 - 1. For every distinct slot, the gradients of all its lookups are summed
  * (in lookup order, so the result is deterministic) and the optimizer is applied
  * ONCE to the row with that sum. slots and grads are device memory. Lookups with a
- * bad slot index are skipped (ember_gpu_arena_check). Scratch space of about 16 * n
- * bytes is taken on the device for the duration of the kernel (CUDA: stream-ordered
- * cudaMallocAsync; host: malloc at enqueue time).
+ * bad slot index are skipped (ember_gpu_arena_check).
+ *
+ * Scratch, taken for the duration of the kernels (ember_gpu_scatter_scratch gives
+ * the exact figure for an arena and n):
+ *   CUDA  16 * n bytes (sort keys, lookup numbers, and the radix sort's second
+ *         buffer of each; each of the four arrays rounded up to 256 bytes) plus
+ *         the sort's own counters (CUB's temporary storage in its double-buffer
+ *         form: digit histograms and per-tile counters, a few KiB plus at most
+ *         n / 4 bytes), stream-ordered from the context's own memory pool
+ *         (cudaMallocFromPoolAsync, freed with cudaFreeAsync after the kernels;
+ *         the pool keeps freed memory for the next call until ember_gpu_close).
+ *   HOST  8 * n + 4 * dim bytes of host memory, malloc'ed at enqueue time.
  */
 int ember_gpu_scatter_apply(ember_gpu_stream *s, ember_gpu_arena *a, const uint32_t *slots,
 			    uint32_t n, const float *grads, const ember_gpu_update *upd);
+
+/* *bytes = the scratch ember_gpu_scatter_apply takes for n lookups into a (0 for
+ * n == 0). EMBER_EINVAL for NULL arguments or n > 2^31 - 1. */
+int ember_gpu_scatter_scratch(const ember_gpu_arena *a, uint32_t n, size_t *bytes);
 
 #ifdef __cplusplus
 }

@@ -137,8 +137,8 @@ static void compute_step(compute *c, ember_gpu_stream *s)
 static double compute_only(compute *c, ember_gpu_stream *s, uint32_t n)
 {
 	ember_gpu_event *t0, *t1;
-	TRY(ember_gpu_event_create(c->g, &t0));
-	TRY(ember_gpu_event_create(c->g, &t1));
+	TRY(ember_gpu_event_create_flags(c->g, EMBER_GPU_EVENT_TIMING, &t0));
+	TRY(ember_gpu_event_create_flags(c->g, EMBER_GPU_EVENT_TIMING, &t1));
 	TRY(ember_gpu_event_record(t0, s));
 	for (uint32_t i = 0; i < n; i++)
 		compute_step(c, s);
@@ -207,8 +207,8 @@ static double plain_h2d_ms(ember_gpu *g, const cfg *c, size_t bytes, int reps)
 	TRY(ember_gpu_host_alloc(g, bytes, &src));
 	TRY(ember_gpu_mem_alloc(g, bytes, &dst));
 	memset(src, 1, bytes);
-	TRY(ember_gpu_event_create(g, &t0));
-	TRY(ember_gpu_event_create(g, &t1));
+	TRY(ember_gpu_event_create_flags(g, EMBER_GPU_EVENT_TIMING, &t0));
+	TRY(ember_gpu_event_create_flags(g, EMBER_GPU_EVENT_TIMING, &t1));
 	TRY(ember_gpu_copy_h2d(s, dst, src, bytes));
 	TRY(ember_gpu_event_record(t0, s));
 	for (int i = 0; i < reps; i++)
@@ -235,8 +235,8 @@ static double staging_ms(ember_gpu *g, const cfg *c, size_t bytes, int reps)
 	TRY(ember_gpu_staging_create(g, &so, &st));
 	TRY(ember_gpu_stream_get(g, EMBER_GPU_STREAM_H2D, 0, &s));
 	TRY(ember_gpu_mem_alloc(g, bytes, (void **)&dst));
-	TRY(ember_gpu_event_create(g, &t0));
-	TRY(ember_gpu_event_create(g, &t1));
+	TRY(ember_gpu_event_create_flags(g, EMBER_GPU_EVENT_TIMING, &t0));
+	TRY(ember_gpu_event_create_flags(g, EMBER_GPU_EVENT_TIMING, &t1));
 
 	double ms = 0;
 	for (int rep = -1; rep < reps; rep++) { /* rep -1: warm-up (touches every buffer) */
@@ -308,7 +308,7 @@ static void bench_overlap(ember_gpu *g, const cfg *c, compute *comp)
 		TRY(ember_gpu_event_create(g, &consumed[i]));
 	}
 	for (uint32_t i = 0; i < 4 * n; i++)
-		TRY(ember_gpu_event_create(g, &ev[i]));
+		TRY(ember_gpu_event_create_flags(g, EMBER_GPU_EVENT_TIMING, &ev[i]));
 
 	/* Copy time of one batch, then a compute step compute_factor times longer. */
 	double copy_ms = staging_ms(g, c, bytes, 4) / 4;
@@ -425,8 +425,8 @@ static void bench_kernels(ember_gpu *g, const cfg *c)
 	const uint32_t dim = c->dim, n = c->lookups;
 	const uint64_t slots = c->slots;
 	TRY(ember_gpu_stream_get(g, EMBER_GPU_STREAM_COMPUTE, 0, &s));
-	TRY(ember_gpu_event_create(g, &t0));
-	TRY(ember_gpu_event_create(g, &t1));
+	TRY(ember_gpu_event_create_flags(g, EMBER_GPU_EVENT_TIMING, &t0));
+	TRY(ember_gpu_event_create_flags(g, EMBER_GPU_EVENT_TIMING, &t1));
 
 	/* Device copy bandwidth: the arena's size, read once and written once. */
 	size_t cbytes = (size_t)slots * dim * sizeof(float);
@@ -645,12 +645,20 @@ int main(int argc, char **argv)
 			       "--backend host runs the driver on the host backend.\n");
 			return 77;
 		}
-		if (ember_gpu_device_count() <= c.device) {
-			printf("ember-gpu-bench: no CUDA device %d here (cudaGetDeviceCount "
-			       "found %d); nothing to measure.\n", c.device,
-			       ember_gpu_device_count());
+		int ndev = ember_gpu_device_count();
+		if (ndev < 0) { /* a failing runtime is an error, not "no device" */
+			char why[256] = "";
+			ember_gpu_error_detail(why, sizeof(why));
+			fprintf(stderr, "ember-gpu-bench: the CUDA runtime fails: %s\n", why);
+			return 1;
+		}
+		if (ndev == 0) {
+			printf("ember-gpu-bench: no CUDA device here (no driver, or "
+			       "cudaErrorNoDevice); nothing to measure.\n");
 			return 77;
 		}
+		if (ndev <= c.device)
+			DIE("--device %d: only %d CUDA devices", c.device, ndev);
 	}
 
 	ember_gpu_options o;

@@ -109,12 +109,33 @@
  *       the waits and run after the trainer's work (rule 4). done == NULL: the
  *       trainer says that work is complete.
  *   G3. A ring entry's device slot array and `ready` are rewritten only by the
- *       batch seq + window, pushed after batch seq's release: after G2's waits.
+ *       batch seq + window, pushed after batch seq's release: after G2's waits
+ *       (and `ready` re-recorded by batch seq's own acquire: G5).
  *   G4. With C4, the order a row travels is: trainer's update -> (done) -> D2H
  *       gather + download -> host waits -> ember_put_batch -> later fetch ->
  *       install on H2D -> `ready` -> the trainer's next use. Every read still sees
  *       every earlier update.
- *   G5. write_rows installs into slots of batches that may already be
+ *   G5. `ready` also covers the trainer's updates of every released batch, so a
+ *       batch read on another stream than the one the previous batch was updated
+ *       on still sees those updates (the header's promise: waiting on `ready` is
+ *       enough). G1 alone does not give that: a batch becomes resident while the
+ *       trainer still works on earlier ones (prefetch_batches ahead), so its
+ *       `ready` is usually recorded BEFORE the previous batch's release, and the
+ *       H2D wait on that batch's `done` (G2) comes after the record. Rows the two
+ *       batches share are kept in their slots (no install), so nothing else
+ *       orders the read of batch i+1 on stream B after the update of batch i on
+ *       stream A. Hence acquire records `ready` on H2D once more
+ *       (slot_store_ready) before handing the batch out: by then every earlier
+ *       batch was released (C6), so H2D has already been told to wait on each
+ *       `done` (G2), and rule 4 makes the new record stand for those waits, plus
+ *       the batch's own installs and slot upload (enqueued before it became
+ *       resident, same stream). Nothing else records that event meanwhile: the
+ *       prefetcher records a ring entry's `ready` only when it publishes the
+ *       entry's batch, and the entry's next batch (seq + window) is published
+ *       only after this one's release (G3). The cost is one event record per
+ *       acquire, and `ready` may also wait for installs of later batches that
+ *       were enqueued before it.
+ *   G6. write_rows installs into slots of batches that may already be
  *       resident, whose `ready` was recorded before: it waits for the H2D
  *       stream before the request completes (rows.c), so any trainer work
  *       started afterwards sees the written rows.
@@ -824,11 +845,14 @@ static int acquire(ember_cache *c, ember_cache_view *v, int wait)
 	v->reserved_ = 0;
 	v->done = NULL;
 	if (c->ss.where == EMBER_CACHE_SLOTS_GPU) {
+		/* G5: ready again, after the G2 waits of every release so far */
+		if ((rc = slot_store_ready(&c->ss, &b->dev)) < 0)
+			goto out;
 		v->gpu = c->ss.g;
 		v->arena = c->ss.arena;
 		v->dev_slots = b->dev.dev_slots;
 		v->nlookups = b->nids;
-		v->ready = b->dev.ready; /* G1 */
+		v->ready = b->dev.ready; /* G1, G5 */
 	} else {
 		v->gpu = NULL;
 		v->arena = NULL;

@@ -21,10 +21,11 @@
  * them -> slot_store_write (or slot_store_unstage on an error).
  *
  * Threads: a slot_store has no lock. The cache's protocol (cache.c, invariants
- * C3-C5, G1-G4) guarantees that a slot is written or read here only while no
+ * C3-C5, G1-G5) guarantees that a slot is written or read here only while no
  * trainer batch uses it. stage/write/unstage/read/publish are the prefetcher's
- * (or, after it was joined, the closing thread's); slot_store_order is the
- * trainer's (release); the ember_gpu streams are thread-safe.
+ * (or, after it was joined, the closing thread's); slot_store_order and
+ * slot_store_ready are the trainer's (release, acquire); the ember_gpu streams
+ * are thread-safe.
  */
 #ifndef EMBER_CACHE_SLOT_STORE_H
 #define EMBER_CACHE_SLOT_STORE_H
@@ -147,6 +148,9 @@ int slot_store_publish(struct slot_store *ss, struct slot_batch_dev *d, const ui
 /* GPU slots (the trainer's release): order the cache's later device work on the
  * slots (installs on H2D, eviction copies on D2H) after the trainer's event. */
 int slot_store_order(struct slot_store *ss, ember_gpu_event *done);
+/* GPU slots (the trainer's acquire of a resident batch): record d->ready on the H2D
+ * stream again, after the waits of every release so far (G5 in cache.c). */
+int slot_store_ready(struct slot_store *ss, struct slot_batch_dev *d);
 
 /* fp16 <-> fp32 (IEEE binary16, round to nearest even). */
 uint16_t slot_f32_to_f16(float f);

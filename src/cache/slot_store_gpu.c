@@ -101,7 +101,9 @@ int slot_gpu_open(struct slot_store *ss, const struct slot_gpu_config *cfg, int 
 		goto undo_arena;
 	if ((rc = ember_gpu_event_create(ss->g, &ss->installed)) < 0)
 		goto undo_ring;
-	if ((rc = ember_gpu_event_create(ss->g, &ss->downloaded)) < 0)
+	/* the prefetcher waits on it from the host: let it sleep, not spin */
+	if ((rc = ember_gpu_event_create_flags(ss->g, EMBER_GPU_EVENT_BLOCKING,
+					       &ss->downloaded)) < 0)
 		goto undo_installed;
 	if ((rc = ember_gpu_mem_alloc(ss->g, (size_t)ss->depth * sizeof(uint32_t),
 				      (void **)&ss->dev_idx_in)) < 0)
@@ -153,6 +155,21 @@ int slot_gpu_close(struct slot_store *ss)
 		rc2 = ember_gpu_close(ss->g);
 		if (rc == 0)
 			rc = rc2;
+	}
+	return rc;
+}
+
+/*
+ * Release staging buffer bi against s; if that fails (the event could not be
+ * recorded: after a device fault, every call fails), wait for s and release it
+ * with NULL, so that the ring can still be destroyed at close.
+ */
+static int ring_release(struct slot_store *ss, uint32_t bi, ember_gpu_stream *s)
+{
+	int rc = ember_gpu_staging_release(ss->ring, bi, s);
+	if (rc < 0) {
+		(void)ember_gpu_stream_synchronize(s); /* what was enqueued reads it */
+		(void)ember_gpu_staging_release(ss->ring, bi, NULL);
 	}
 	return rc;
 }
@@ -217,7 +234,7 @@ int slot_gpu_write(struct slot_store *ss, size_t n, const struct slot_move *m)
 	if (rc == 0)
 		rc = ember_gpu_event_record(ss->installed, ss->h2d);
 	/* reusable once h2d got past the install (or whatever of it was enqueued) */
-	int rc2 = ember_gpu_staging_release(ss->ring, ss->stage_idx, ss->h2d);
+	int rc2 = ring_release(ss, ss->stage_idx, ss->h2d);
 	ss->staged = 0;
 	return rc < 0 ? rc : rc2;
 }
@@ -326,11 +343,20 @@ int slot_store_publish(struct slot_store *ss, struct slot_batch_dev *d, const ui
 		rc = ember_gpu_staging_upload(ss->ring, bi, ss->h2d, d->dev_slots + off,
 					      k * sizeof(uint32_t), NULL);
 		if (rc < 0) {
-			ember_gpu_staging_release(ss->ring, bi, ss->h2d);
+			ring_release(ss, bi, ss->h2d);
 			return rc;
 		}
 	}
 	/* after the upload, and every install enqueued so far (rule 1) */
+	return ember_gpu_event_record(d->ready, ss->h2d);
+}
+
+int slot_store_ready(struct slot_store *ss, struct slot_batch_dev *d)
+{
+	if (ss->where != EMBER_CACHE_SLOTS_GPU)
+		return 0;
+	/* after everything on h2d: the batch's installs and slot upload (already
+	 * enqueued: it is resident) and the waits on every released batch's `done` */
 	return ember_gpu_event_record(d->ready, ss->h2d);
 }
 

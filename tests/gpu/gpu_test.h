@@ -1,7 +1,8 @@
 /*
  * gpu_test.h - what the ember_gpu test programs share: choosing the backend from
  * argv[1] ("host", the default, or "cuda"), skipping (exit 77) when the CUDA backend
- * is wanted but not built or no device is present, and blocking copies between
+ * is wanted but not built or no device is present (a failing CUDA runtime is a
+ * test failure, not a skip), and blocking copies between
  * test memory and "device" memory (which, on CUDA, the host cannot touch).
  *
  * "stress" as argv[2] multiplies the threaded loops by 8 (gt_stress).
@@ -20,7 +21,12 @@
 
 #include "test_util.h"
 
-/* The backend named by argv[1]; exits 77 for "cuda" when it cannot run here. */
+/*
+ * The backend named by argv[1]. For "cuda": exits 77 (skipped) only when the
+ * CUDA backend is not built or there is no device (ember_gpu_device_count() == 0:
+ * cudaErrorNoDevice, or no driver installed); a runtime that fails otherwise (a
+ * driver too old for it, a broken install) fails the test, with CUDA's words.
+ */
 static inline int gt_backend(int argc, char **argv, const char *name)
 {
 	const char *mode = argc > 1 ? argv[1] : "host";
@@ -29,10 +35,16 @@ static inline int gt_backend(int argc, char **argv, const char *name)
 			printf("%s: built without CUDA: skipped\n", name);
 			exit(TU_SKIP);
 		}
-		if (ember_gpu_device_count() == 0) {
-			printf("%s: no CUDA device (cudaGetDeviceCount failed or 0): skipped\n",
+		int n = ember_gpu_device_count();
+		if (n == 0) {
+			printf("%s: no CUDA device (no driver, or cudaErrorNoDevice): skipped\n",
 			       name);
 			exit(TU_SKIP);
+		}
+		if (n < 0) {
+			char why[256] = "";
+			ember_gpu_error_detail(why, sizeof(why));
+			CHECK(0, "%s: the CUDA runtime fails (%s): %s", name, ember_strerror(n), why);
 		}
 		return EMBER_GPU_BACKEND_CUDA;
 	}

@@ -2,7 +2,8 @@
  * test_gpu_errors.c - bad inputs of every ember_gpu call: NULL, zero, out of range,
  * oversize, objects of another context, wrong state. Each must return its code and
  * leave everything usable; destructors accept NULL; a context with live objects
- * refuses to close.
+ * refuses to close. Also: ember_gpu_error_detail's inputs and, on CUDA, the text
+ * a failed allocation leaves there; the scratch query of scatter-apply.
  *
  *   test_gpu_errors host | cuda   (cuda: suite gpu, exits 77 without a device)
  */
@@ -35,7 +36,9 @@ static void test_context(int backend)
 	CHECK_RC(ember_gpu_open(&o, &g), EMBER_EINVAL);
 	ember_gpu_options_default(&o);
 	o.backend = EMBER_GPU_BACKEND_CUDA;
-	o.device = ember_gpu_device_count(); /* one past the last device */
+	int ndev = ember_gpu_device_count();
+	CHECK(ndev >= 0, "gt_backend let a failing device count through: %d", ndev);
+	o.device = ndev; /* one past the last device */
 	CHECK_RC(ember_gpu_open(&o, &g), EMBER_EINVAL);
 	CHECK(g == NULL, "a failed open wrote *out");
 	if (!ember_gpu_have_cuda()) {
@@ -82,8 +85,20 @@ static void test_streams_events(ember_gpu *g, ember_gpu *other)
 	CHECK_OK(ember_gpu_stream_create(other, &os));
 	CHECK_RC(ember_gpu_event_create(NULL, &e), EMBER_EINVAL);
 	CHECK_RC(ember_gpu_event_create(g, NULL), EMBER_EINVAL);
-	CHECK_OK(ember_gpu_event_create(g, &e));
-	CHECK_OK(ember_gpu_event_create(other, &oe));
+	CHECK_RC(ember_gpu_event_create_flags(NULL, 0, &e), EMBER_EINVAL);
+	CHECK_RC(ember_gpu_event_create_flags(g, 0, NULL), EMBER_EINVAL);
+	CHECK_RC(ember_gpu_event_create_flags(g, 0x4, &e), EMBER_EINVAL);
+	CHECK(e == NULL, "a failed create wrote *out");
+	CHECK_OK(ember_gpu_event_create_flags(g, EMBER_GPU_EVENT_TIMING, &e));
+	CHECK_OK(ember_gpu_event_create_flags(other, EMBER_GPU_EVENT_TIMING, &oe));
+	/* events without timing refuse elapsed_ms, recorded and complete or not */
+	ember_gpu_event *plain = NULL, *blocking = NULL;
+	CHECK_OK(ember_gpu_event_create(g, &plain));
+	CHECK_OK(ember_gpu_event_create_flags(g, EMBER_GPU_EVENT_BLOCKING, &blocking));
+	CHECK_OK(ember_gpu_event_record(plain, s));
+	CHECK_OK(ember_gpu_event_record(blocking, s));
+	CHECK_OK(ember_gpu_event_synchronize(blocking));
+	CHECK_OK(ember_gpu_event_synchronize(plain));
 
 	CHECK_RC(ember_gpu_stream_synchronize(NULL), EMBER_EINVAL);
 	CHECK_RC(ember_gpu_stream_wait_event(NULL, e), EMBER_EINVAL);
@@ -105,6 +120,11 @@ static void test_streams_events(ember_gpu *g, ember_gpu *other)
 	CHECK_OK(ember_gpu_event_synchronize(e));
 	CHECK_OK(ember_gpu_event_elapsed_ms(e, e, &ms));
 	CHECK(ms == 0.0f, "an event minus itself: %g ms", (double)ms);
+	CHECK_RC(ember_gpu_event_elapsed_ms(plain, e, &ms), EMBER_EINVAL);
+	CHECK_RC(ember_gpu_event_elapsed_ms(e, plain, &ms), EMBER_EINVAL);
+	CHECK_RC(ember_gpu_event_elapsed_ms(blocking, blocking, &ms), EMBER_EINVAL);
+	CHECK_OK(ember_gpu_event_destroy(blocking));
+	CHECK_OK(ember_gpu_event_destroy(plain));
 
 	if (ember_gpu_backend(g) == EMBER_GPU_BACKEND_HOST) {
 		CHECK_RC(ember_gpu_stream_handle(s, &h), EMBER_EINVAL);
@@ -144,8 +164,13 @@ static void test_memory(ember_gpu *g, ember_gpu *other)
 	CHECK_RC(ember_gpu_host_alloc(g, 0, &p), EMBER_EINVAL);
 	CHECK_RC(ember_gpu_host_alloc(NULL, 16, &p), EMBER_EINVAL);
 	if (ember_gpu_backend(g) == EMBER_GPU_BACKEND_CUDA) {
-		/* More device memory than any GPU has. */
+		/* More device memory than any GPU has: the detail names the call. */
 		CHECK_RC(ember_gpu_mem_alloc(g, (size_t)1 << 50, &d), EMBER_ENOMEM);
+		char why[256];
+		CHECK_OK(ember_gpu_error_detail(why, sizeof(why)));
+		CHECK(strstr(why, "cudaMalloc") && strstr(why, "cudaErrorMemoryAllocation"),
+		      "detail of a failed cudaMalloc: '%s'", why);
+		printf("detail of a failed allocation: %s\n", why);
 	}
 	CHECK_OK(ember_gpu_mem_alloc(g, 64, &d));
 	CHECK_OK(ember_gpu_mem_alloc(g, 64, &d2));
@@ -275,6 +300,14 @@ static void test_arena_kernels(ember_gpu *g, ember_gpu *other)
 	CHECK(row == info.base + 3 * 12, "row pointer");
 	CHECK_RC(ember_gpu_arena_check(NULL), EMBER_EINVAL);
 	CHECK_OK(ember_gpu_arena_check(a));
+	size_t scratch = 1;
+	CHECK_RC(ember_gpu_scatter_scratch(NULL, 4, &scratch), EMBER_EINVAL);
+	CHECK_RC(ember_gpu_scatter_scratch(a, 4, NULL), EMBER_EINVAL);
+	CHECK_RC(ember_gpu_scatter_scratch(a, 0x80000000u, &scratch), EMBER_EINVAL);
+	CHECK_OK(ember_gpu_scatter_scratch(a, 0, &scratch));
+	CHECK(scratch == 0, "scratch of an empty batch: %zu", scratch);
+	CHECK_OK(ember_gpu_scatter_scratch(a, 4, &scratch));
+	CHECK(scratch >= 4 * 4 * sizeof(uint32_t), "scratch of 4 lookups: %zu", scratch);
 
 	uint32_t slots[2] = { 0, 1 };
 	uint32_t *slots_d = gt_upload(g, slots, sizeof(slots));
@@ -343,9 +376,21 @@ static void test_arena_kernels(ember_gpu *g, ember_gpu *other)
 	CHECK_OK(ember_gpu_arena_destroy(a));
 }
 
+static void test_detail(void)
+{
+	char buf[8];
+	CHECK_RC(ember_gpu_error_detail(NULL, 8), EMBER_EINVAL);
+	CHECK_RC(ember_gpu_error_detail(buf, 0), EMBER_EINVAL);
+	int rc = ember_gpu_error_detail(buf, sizeof(buf));
+	/* this thread has met no CUDA failure yet, unless the device count failed,
+	 * which gt_backend turned into a failure of the test already */
+	CHECK(rc == EMBER_ENOTFOUND, "detail before any failure: %d", rc);
+}
+
 int main(int argc, char **argv)
 {
 	tu_init("test_gpu_errors", argc, argv);
+	test_detail();
 	int backend = gt_backend(argc, argv, "test_gpu_errors");
 	test_context(backend);
 	ember_gpu *g = gt_open(backend);

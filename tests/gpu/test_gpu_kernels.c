@@ -164,6 +164,24 @@ static void read_arena(ember_gpu *g, ember_gpu_arena *a, const shape *sh, const 
 	CHECK_OK(ember_gpu_mem_free(g, d));
 }
 
+/* The scratch scatter-apply takes is what ember_gpu.h documents: host 8n + 4 dim;
+ * CUDA 16n (four arrays, each rounded up to 256 bytes) plus the sort's counters,
+ * at most n / 4 + 64 KiB. */
+static void check_scratch(ember_gpu *g, ember_gpu_arena *a, uint32_t n, uint32_t dim)
+{
+	size_t bytes = 0, base = 4 * (((size_t)n * 4 + 255) & ~(size_t)255);
+	CHECK_OK(ember_gpu_scatter_scratch(a, n, &bytes));
+	if (ember_gpu_backend(g) == EMBER_GPU_BACKEND_HOST)
+		CHECK(bytes == (size_t)n * 8 + (size_t)dim * 4, "host scratch %zu for n %u", bytes, n);
+	else
+		CHECK(bytes >= base && bytes <= base + n / 4 + (64u << 10),
+		      "CUDA scratch %zu for n %u: outside [%zu, %zu]", bytes, n, base,
+		      base + n / 4 + (64u << 10));
+	if (n >= 100000)
+		printf("scatter-apply scratch for %u lookups: %zu bytes (%.2f per lookup)\n", n,
+		       bytes, (double)bytes / n);
+}
+
 static void run_backend(ember_gpu *g, const shape *sh, const inputs *in, outputs *out)
 {
 	ember_gpu_stream *s = gt_compute(g);
@@ -237,6 +255,7 @@ static void run_backend(ember_gpu *g, const shape *sh, const inputs *in, outputs
 	CHECK_OK(ember_gpu_staging_upload(gst, bi, h2d, grads_d, gb, ready));
 	CHECK_OK(ember_gpu_stream_wait_event(s, ready));
 	ember_gpu_update u = { .optimizer = sh->opt, .lr = sh->lr, .eps = sh->eps };
+	check_scratch(g, a, sh->n, sh->dim);
 	CHECK_OK(ember_gpu_scatter_apply(s, a, look_d, sh->n, grads_d, &u));
 	read_arena(g, a, sh, ident_d, out->applied);
 

@@ -12,6 +12,11 @@
  *      wait names is safe.
  *   4. elapsed_ms: ESTATE before any record; covers a 10 ms host function.
  *   5. host backend: destroying a stream runs what it had queued.
+ *   6. CUDA: Ember leaves the caller's current context as it found it: a thread
+ *      that never used CUDA has no context after Ember calls; a thread with a
+ *      context of its own (a second context on the same device, standing for a
+ *      trainer on another device) still has it; with two devices, the runtime's
+ *      current device of a thread on device 0 stays 0 while Ember works on 1.
  *
  *   test_gpu_streams host | cuda [stress]   (cuda: suite gpu, exits 77 without a
  *                                            device; stress: 8x the loops)
@@ -19,6 +24,7 @@
  */
 #include "gpu_test.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>
@@ -242,8 +248,8 @@ static void test_capture(ember_gpu *g)
 	CHECK_OK(ember_gpu_stream_create(g, &b));
 	CHECK_OK(ember_gpu_stream_create(g, &s));
 	CHECK_OK(ember_gpu_stream_create(g, &s2));
-	CHECK_OK(ember_gpu_event_create(g, &e));
-	CHECK_OK(ember_gpu_event_create(g, &e2));
+	CHECK_OK(ember_gpu_event_create_flags(g, EMBER_GPU_EVENT_TIMING, &e));
+	CHECK_OK(ember_gpu_event_create_flags(g, EMBER_GPU_EVENT_TIMING, &e2));
 	CHECK_OK(ember_gpu_event_create(g, &e3));
 
 	CHECK_OK(ember_gpu_event_query(e)); /* never recorded: complete */
@@ -298,8 +304,8 @@ static void test_elapsed(ember_gpu *g)
 	ember_gpu_stream *s = gt_compute(g);
 	ember_gpu_event *t0 = NULL, *t1 = NULL;
 	float ms = -1;
-	CHECK_OK(ember_gpu_event_create(g, &t0));
-	CHECK_OK(ember_gpu_event_create(g, &t1));
+	CHECK_OK(ember_gpu_event_create_flags(g, EMBER_GPU_EVENT_TIMING, &t0));
+	CHECK_OK(ember_gpu_event_create_flags(g, EMBER_GPU_EVENT_TIMING | EMBER_GPU_EVENT_BLOCKING, &t1));
 	CHECK_RC(ember_gpu_event_elapsed_ms(t0, t1, &ms), EMBER_ESTATE);
 	CHECK_OK(ember_gpu_event_record(t0, s));
 	CHECK_OK(ember_gpu_stream_host_func(s, sleep10_cb, NULL));
@@ -336,6 +342,104 @@ static void test_destroy_drains(ember_gpu *g)
 	      atomic_load(&count));
 }
 
+/* The driver's and runtime's calls, found in the libraries libember loaded (no
+ * CUDA headers in the tests): CUresult/cudaError_t are ints, CUcontext a pointer. */
+typedef int (*ctx_get_fn)(void **ctx);
+typedef int (*ctx_create_fn)(void **ctx, unsigned flags, int dev);
+typedef int (*ctx_pop_fn)(void **ctx);
+typedef int (*ctx_destroy_fn)(void *ctx);
+typedef int (*dev_fn)(int *dev);
+typedef int (*set_dev_fn)(int dev);
+
+static void *cuda_sym(const char *lib, const char *name)
+{
+	void *h = dlopen(lib, RTLD_NOW | RTLD_NOLOAD); /* already loaded by libember */
+	CHECK(h != NULL, "%s is not loaded: %s", lib, dlerror());
+	void *f = dlsym(h, name);
+	CHECK(f != NULL, "%s: no %s", lib, name);
+	return f;
+}
+
+/* Every kind of call: stream, event, memory, kernel, arena set-up. */
+static void ember_calls(ember_gpu *g)
+{
+	ember_gpu_stream *s = gt_compute(g);
+	ember_gpu_event *e = NULL;
+	ember_gpu_arena *a = NULL;
+	ember_gpu_arena_options ao = { .dim = 4, .slots = 8 };
+	void *d = NULL;
+	CHECK_OK(ember_gpu_event_create(g, &e));
+	CHECK_OK(ember_gpu_mem_alloc(g, 64, &d));
+	CHECK_OK(ember_gpu_memset(s, d, 0, 64));
+	CHECK_OK(ember_gpu_arena_create(g, &ao, &a));
+	CHECK_OK(ember_gpu_gather(s, a, d, 2, (float *)d + 4, 0));
+	CHECK_OK(ember_gpu_event_record(e, s));
+	CHECK_OK(ember_gpu_event_synchronize(e));
+	CHECK_OK(ember_gpu_stream_synchronize(s));
+	CHECK_OK(ember_gpu_arena_destroy(a));
+	CHECK_OK(ember_gpu_mem_free(g, d));
+	CHECK_OK(ember_gpu_event_destroy(e));
+}
+
+static void *fresh_thread(void *arg)
+{
+	ember_gpu *g = arg;
+	ctx_get_fn get = (ctx_get_fn)cuda_sym("libcuda.so.1", "cuCtxGetCurrent");
+	void *ctx = (void *)1;
+	CHECK(get(&ctx) == 0 && ctx == NULL, "a new thread has a context before Ember: %p", ctx);
+	ember_calls(g);
+	CHECK(get(&ctx) == 0, "cuCtxGetCurrent");
+	CHECK(ctx == NULL, "Ember left a context (%p) current on a thread that never used CUDA",
+	      ctx);
+	return NULL;
+}
+
+static void test_current_device(ember_gpu *g)
+{
+	pthread_t t;
+	CHECK(pthread_create(&t, NULL, fresh_thread, g) == 0, "pthread_create");
+	CHECK(pthread_join(t, NULL) == 0, "pthread_join");
+
+	/* a context of the caller's own, current: still current after Ember's calls */
+	ctx_get_fn get = (ctx_get_fn)cuda_sym("libcuda.so.1", "cuCtxGetCurrent");
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	ctx_create_fn create = h ? (ctx_create_fn)dlsym(h, "cuCtxCreate_v2") : NULL;
+	if (create) {
+		ctx_pop_fn pop = (ctx_pop_fn)cuda_sym("libcuda.so.1", "cuCtxPopCurrent_v2");
+		ctx_destroy_fn destroy = (ctx_destroy_fn)cuda_sym("libcuda.so.1", "cuCtxDestroy_v2");
+		void *mine = NULL, *cur = NULL;
+		CHECK(create(&mine, 0, 0) == 0 && mine, "cuCtxCreate");
+		ember_calls(g);
+		CHECK(get(&cur) == 0 && cur == mine, "Ember replaced the caller's context %p by %p",
+		      mine, cur);
+		CHECK(pop(&cur) == 0 && cur == mine, "the caller's context stack changed");
+		CHECK(destroy(mine) == 0, "cuCtxDestroy");
+	} else {
+		printf("current device: this driver exports no cuCtxCreate_v2: the caller's-own-"
+		       "context check is not run\n");
+	}
+
+	/* two devices: the runtime's current device of the caller stays 0 */
+	if (ember_gpu_device_count() >= 2) {
+		set_dev_fn set = (set_dev_fn)cuda_sym("libcudart.so.13", "cudaSetDevice");
+		dev_fn getdev = (dev_fn)cuda_sym("libcudart.so.13", "cudaGetDevice");
+		ember_gpu_options o;
+		ember_gpu *g1 = NULL;
+		ember_gpu_options_default(&o);
+		o.backend = EMBER_GPU_BACKEND_CUDA;
+		o.device = 1;
+		CHECK(set(0) == 0, "cudaSetDevice(0)");
+		CHECK_OK(ember_gpu_open(&o, &g1));
+		ember_calls(g1);
+		int dev = -1;
+		CHECK(getdev(&dev) == 0 && dev == 0, "the caller's device became %d", dev);
+		CHECK_OK(ember_gpu_close(g1));
+		CHECK(getdev(&dev) == 0 && dev == 0, "after close: device %d", dev);
+		printf("current device: kept across a context on device 1\n");
+	}
+	printf("current device: a fresh thread keeps no context, a caller's own context stays\n");
+}
+
 int main(int argc, char **argv)
 {
 	tu_init("test_gpu_streams", argc, argv);
@@ -349,6 +453,8 @@ int main(int argc, char **argv)
 	test_elapsed(g);
 	if (backend == EMBER_GPU_BACKEND_HOST)
 		test_destroy_drains(g);
+	else
+		test_current_device(g);
 	CHECK_OK(ember_gpu_close(g));
 	printf("test_gpu_streams: ok\n");
 	return 0;

@@ -65,6 +65,10 @@ int egc_install(int dev, void *s, const eg_arena_view *v, const uint32_t *slots,
 		const float *rows, uint32_t flags, float state_init);
 int egc_scatter_apply(int dev, void *s, const eg_arena_view *v, const uint32_t *slots,
 		      uint32_t n, const float *grads, const eg_update *u);
+int egc_scatter_apply_grouped(int dev, void *s, const eg_arena_view *v,
+			      const uint32_t *gslots, const uint32_t *goff, uint32_t ngroups,
+			      const uint32_t *order, uint32_t n, uint32_t max_row,
+			      const float *grads, const eg_update *u);
 
 #ifdef __cplusplus
 }

@@ -222,6 +222,44 @@ __global__ void k_scatter_apply(eg_arena_view v, const uint32_t *__restrict__ sk
 	}
 }
 
+/* One warp per group (ember_gpu_scatter_apply_grouped): the caller grouped the
+ * lookups by slot, so each row has one writer without a sort. */
+template <typename T>
+__global__ void k_scatter_apply_grouped(eg_arena_view v, const uint32_t *__restrict__ gslots,
+					const uint32_t *__restrict__ goff, uint32_t ngroups,
+					const uint32_t *__restrict__ order, uint32_t n,
+					uint32_t max_row, const float *__restrict__ grads,
+					eg_update u)
+{
+	const unsigned lane = threadIdx.x & 31u;
+	const uint32_t per = sizeof(T) / sizeof(float);
+	const uint32_t cnt = v.dim / per;
+	for (uint64_t g = warp_id(); g < ngroups; g += warp_count()) {
+		const uint32_t k = gslots[g], b = goff[g], e = goff[g + 1];
+		bool bad = k >= v.slots || e < b || e > n;
+		/* the lanes check the group's order entries together */
+		for (uint32_t q = b + lane; !bad && q < e; q += 32)
+			if (order[q] >= max_row)
+				bad = true;
+		if (__any_sync(0xffffffffu, bad)) {
+			if (lane == 0)
+				set_bad(v.err);
+			continue;
+		}
+		float *row = v.base + (uint64_t)k * v.stride;
+		T *w = reinterpret_cast<T *>(row);
+		T *h = u.opt == EMBER_GPU_OPT_ADAGRAD ? reinterpret_cast<T *>(row + v.dim) : nullptr;
+		for (uint32_t c = lane; c < cnt; c += 32) {
+			const T wv = w[c]; /* loaded before the sum: the latencies overlap */
+			const T hv = h ? h[c] : zero<T>();
+			T acc = zero<T>();
+			for (uint32_t q = b; q < e; q++)
+				add(acc, reinterpret_cast<const T *>(grads + (uint64_t)order[q] * v.dim)[c]);
+			apply_to(w + c, h ? h + c : nullptr, wv, hv, acc, u);
+		}
+	}
+}
+
 size_t round256(size_t x)
 {
 	return (x + 255u) & ~(size_t)255u;
@@ -311,6 +349,24 @@ out:
 	if (rc < 0)
 		(void)cudaGetLastError(); /* reset the last-error state (see EGC_TRY) */
 	return rc;
+}
+
+int egc_scatter_apply_grouped(int dev, void *s, const eg_arena_view *v,
+			      const uint32_t *gslots, const uint32_t *goff, uint32_t ngroups,
+			      const uint32_t *order, uint32_t n, uint32_t max_row,
+			      const float *grads, const eg_update *u)
+{
+	const cudaStream_t st = (cudaStream_t)s;
+	EGC_TRY(cudaSetDevice(dev));
+	(void)cudaGetLastError(); /* so the check after the launch sees only the launch */
+	if (v->dim % 4 == 0 && aligned16(grads))
+		k_scatter_apply_grouped<float4><<<blocks_for(ngroups), kBlock, 0, st>>>(
+			*v, gslots, goff, ngroups, order, n, max_row, grads, *u);
+	else
+		k_scatter_apply_grouped<float><<<blocks_for(ngroups), kBlock, 0, st>>>(
+			*v, gslots, goff, ngroups, order, n, max_row, grads, *u);
+	EGC_TRY(cudaGetLastError());
+	return 0;
 }
 
 } /* extern "C" */

@@ -89,6 +89,10 @@ int egc_scatter_apply(const eg_dev *d, void *s, const eg_arena_view *v, const ui
 		      uint32_t n, const float *grads, const eg_update *u);
 /* The device scratch egc_scatter_apply takes for n lookups into v. */
 int egc_scatter_scratch(const eg_dev *d, const eg_arena_view *v, uint32_t n, size_t *bytes);
+int egc_scatter_apply_grouped(const eg_dev *d, void *s, const eg_arena_view *v,
+			      const uint32_t *gslots, const uint32_t *goff, uint32_t ngroups,
+			      const uint32_t *order, uint32_t n, uint32_t max_row,
+			      const float *grads, const eg_update *u);
 
 #ifdef __cplusplus
 }

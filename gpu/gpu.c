@@ -708,6 +708,20 @@ int ember_gpu_install(ember_gpu_stream *s, ember_gpu_arena *a, const uint32_t *s
 	return hk_install(s->hs, &a->v, slots, n, rows, flags, state_init);
 }
 
+/* The update of a scatter-apply: EMBER_EINVAL for a bad one (a must be valid). */
+static int update_check(const ember_gpu_arena *a, const ember_gpu_update *upd, eg_update *u)
+{
+	if (!upd || !isfinite(upd->lr) || !(upd->lr > 0.0f) || !isfinite(upd->eps) ||
+	    upd->eps < 0.0f)
+		return EMBER_EINVAL;
+	if (upd->optimizer != EMBER_GPU_OPT_SGD &&
+	    !(upd->optimizer == EMBER_GPU_OPT_ADAGRAD && a->v.state_floats == a->v.dim))
+		return EMBER_EINVAL; /* unknown optimizer, or Adagrad without its state */
+	*u = (eg_update){ .opt = upd->optimizer, .lr = upd->lr,
+			  .eps = upd->eps > 0.0f ? upd->eps : 1e-10f };
+	return 0;
+}
+
 int ember_gpu_scatter_apply(ember_gpu_stream *s, ember_gpu_arena *a, const uint32_t *slots,
 			    uint32_t n, const float *grads, const ember_gpu_update *upd)
 {
@@ -716,16 +730,10 @@ int ember_gpu_scatter_apply(ember_gpu_stream *s, ember_gpu_arena *a, const uint3
 		return rc;
 	if (n > EG_MAX_SCATTER)
 		return EMBER_EINVAL; /* the device sort counts items in an int */
-	if (!upd || !isfinite(upd->lr) || !(upd->lr > 0.0f) || !isfinite(upd->eps) ||
-	    upd->eps < 0.0f)
-		return EMBER_EINVAL;
-	if (upd->optimizer != EMBER_GPU_OPT_SGD &&
-	    !(upd->optimizer == EMBER_GPU_OPT_ADAGRAD && a->v.state_floats == a->v.dim))
-		return EMBER_EINVAL; /* unknown optimizer, or Adagrad without its state */
-	if (n == 0)
-		return 0;
-	eg_update u = { .opt = upd->optimizer, .lr = upd->lr,
-			.eps = upd->eps > 0.0f ? upd->eps : 1e-10f };
+	eg_update u;
+	rc = update_check(a, upd, &u);
+	if (rc < 0 || n == 0)
+		return rc;
 #ifdef EMBER_HAVE_CUDA
 	if (EG_CUDA(s->g))
 		return egc_scatter_apply(&s->g->dev, s->cs, &a->v, slots, n, grads, &u);
@@ -747,4 +755,29 @@ int ember_gpu_scatter_scratch(const ember_gpu_arena *a, uint32_t n, size_t *byte
 #endif
 	*bytes = hk_scatter_scratch(&a->v, n);
 	return 0;
+}
+
+int ember_gpu_scatter_apply_grouped(ember_gpu_stream *s, ember_gpu_arena *a,
+				    const uint32_t *group_slots, const uint32_t *group_offsets,
+				    uint32_t ngroups, const uint32_t *order, uint32_t n,
+				    uint32_t max_row, const float *grads,
+				    const ember_gpu_update *upd)
+{
+	int rc = kernel_check(s, a, order, n, grads, 0);
+	if (rc < 0)
+		return rc;
+	if (!group_slots || !group_offsets || ngroups > n || n > EG_MAX_SCATTER)
+		return EMBER_EINVAL;
+	eg_update u;
+	rc = update_check(a, upd, &u);
+	if (rc < 0 || ngroups == 0)
+		return rc;
+#ifdef EMBER_HAVE_CUDA
+	if (EG_CUDA(s->g))
+		return egc_scatter_apply_grouped(&s->g->dev, s->cs, &a->v, group_slots,
+						 group_offsets, ngroups, order, n, max_row,
+						 grads, &u);
+#endif
+	return hk_scatter_apply_grouped(s->hs, &a->v, group_slots, group_offsets, ngroups, order,
+					n, max_row, grads, &u);
 }

@@ -18,7 +18,7 @@ typedef struct hs_event hs_event;
 /* An operation: run(args) on the stream's worker; args is a copy of what the
  * enqueuer passed (at most HS_ARGS_MAX bytes). */
 typedef void (*hs_run_fn)(void *args);
-#define HS_ARGS_MAX 96u
+#define HS_ARGS_MAX 128u
 
 int hs_stream_create(hs_stream **out);
 /* Runs what is queued, stops the worker, frees. Accepts NULL. */
@@ -48,5 +48,8 @@ int hk_install(hs_stream *s, const eg_arena_view *v, const uint32_t *slots, uint
 size_t hk_scatter_scratch(const eg_arena_view *v, uint32_t n);
 int hk_scatter_apply(hs_stream *s, const eg_arena_view *v, const uint32_t *slots,
 		     uint32_t n, const float *grads, const eg_update *u);
+int hk_scatter_apply_grouped(hs_stream *s, const eg_arena_view *v, const uint32_t *gslots,
+			     const uint32_t *goff, uint32_t ngroups, const uint32_t *order,
+			     uint32_t n, uint32_t max_row, const float *grads, const eg_update *u);
 
 #endif

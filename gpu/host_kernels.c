@@ -243,3 +243,56 @@ int hk_scatter_apply(hs_stream *s, const eg_arena_view *v, const uint32_t *slots
 		em_free(a.keys, a.scratch_bytes);
 	return rc;
 }
+
+struct grouped_args {
+	eg_arena_view v;
+	const uint32_t *gslots, *goff, *order;
+	const float *grads;
+	uint32_t ngroups, n, max_row;
+	eg_update u;
+	float *acc;
+	size_t acc_bytes;
+};
+_Static_assert(sizeof(struct grouped_args) <= HS_ARGS_MAX, "grouped_args fit an hs_op");
+
+/* Skips (and flags) a group whose slot, offsets or order entries are out of range. */
+static void run_grouped(void *p)
+{
+	struct grouped_args *a = p;
+	const eg_arena_view *v = &a->v;
+	for (uint32_t g = 0; g < a->ngroups; g++) {
+		uint32_t slot = a->gslots[g], b = a->goff[g], e = a->goff[g + 1];
+		int bad = slot >= v->slots || e < b || e > a->n;
+		for (uint32_t q = b; !bad && q < e; q++)
+			bad = a->order[q] >= a->max_row;
+		if (bad) {
+			flag_bad_slot(v);
+			continue;
+		}
+		memset(a->acc, 0, (size_t)v->dim * sizeof(float));
+		for (uint32_t q = b; q < e; q++) {
+			const float *gr = a->grads + (size_t)a->order[q] * v->dim;
+			for (uint32_t j = 0; j < v->dim; j++)
+				a->acc[j] = a->acc[j] + gr[j];
+		}
+		apply_row(v, &a->u, slot, a->acc);
+	}
+	em_free(a->acc, a->acc_bytes);
+}
+
+int hk_scatter_apply_grouped(hs_stream *s, const eg_arena_view *v, const uint32_t *gslots,
+			     const uint32_t *goff, uint32_t ngroups, const uint32_t *order,
+			     uint32_t n, uint32_t max_row, const float *grads, const eg_update *u)
+{
+	struct grouped_args a = { .v = *v, .gslots = gslots, .goff = goff, .order = order,
+				  .grads = grads, .ngroups = ngroups, .n = n,
+				  .max_row = max_row, .u = *u };
+	a.acc_bytes = (size_t)v->dim * sizeof(float);
+	a.acc = em_alloc(a.acc_bytes);
+	if (!a.acc)
+		return EMBER_ENOMEM;
+	int rc = hs_enqueue(s, run_grouped, &a, sizeof(a));
+	if (rc < 0)
+		em_free(a.acc, a.acc_bytes);
+	return rc;
+}

@@ -452,6 +452,30 @@ int ember_gpu_scatter_apply(ember_gpu_stream *s, ember_gpu_arena *a, const uint3
 /* *bytes = the scratch ember_gpu_scatter_apply takes for n lookups into a (0 for
  * n == 0). EMBER_EINVAL for NULL arguments or n > 2^31 - 1. */
 int ember_gpu_scatter_scratch(const ember_gpu_arena *a, uint32_t n, size_t *bytes);
+/*
+ * Scatter-apply with the duplicates already grouped by the caller (the embedding
+ * cache groups each batch's lookups by distinct row when it is pushed, on the host,
+ * so the device needs no sort): group g names the slot group_slots[g] and the
+ * lookups order[group_offsets[g] .. group_offsets[g+1] - 1], whose gradient rows
+ * (grads + order[q] * dim) are summed in that order before the optimizer is applied
+ * once to the slot's row. ngroups groups, n entries in order (n = group_offsets
+ * [ngroups]; n <= 2^31 - 1); group_slots, group_offsets (ngroups + 1 entries) and
+ * order are device memory, and grads holds max_row gradient rows. The same
+ * result, bit for bit, as ember_gpu_scatter_apply over the lookups when each group
+ * lists every lookup of its slot in lookup order.
+ * The groups' slots must be distinct (the caller's promise: two groups naming one
+ * slot race on its row). A group with a bad slot, a decreasing or out-of-range
+ * offset, or an order entry >= max_row is skipped and sets the arena's error
+ * flag (ember_gpu_arena_check). No scratch memory.
+ * EMBER_EINVAL: NULL arguments (order and grads may be NULL only when n is 0),
+ * ngroups > n, n > 2^31 - 1, objects of another context, a bad update (as
+ * ember_gpu_scatter_apply).
+ */
+int ember_gpu_scatter_apply_grouped(ember_gpu_stream *s, ember_gpu_arena *a,
+				    const uint32_t *group_slots, const uint32_t *group_offsets,
+				    uint32_t ngroups, const uint32_t *order, uint32_t n,
+				    uint32_t max_row, const float *grads,
+				    const ember_gpu_update *upd);
 
 #ifdef __cplusplus
 }

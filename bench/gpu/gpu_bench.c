@@ -470,8 +470,35 @@ static void bench_kernels(ember_gpu *g, const cfg *c)
 	printf("%-22s %10s %12s %10s %8s\n", "kernel", "ms", "MiB r+w", "GB/s", "of copy");
 	json_rec("device_copy", "\"gbps\": %.4f, \"bytes\": %zu", copy_gbps, 2 * cbytes);
 
+	/* The lookups grouped by slot on the host (a stable counting sort), as the
+	 * embedding cache groups a batch's lookups when it is pushed: the input of
+	 * ember_gpu_scatter_apply_grouped, built outside the timed region. */
+	uint32_t *gcount = calloc(slots + 1, sizeof(uint32_t));
+	uint32_t *gorder = malloc((size_t)n * sizeof(uint32_t));
+	uint32_t *gslots = malloc(((size_t)distinct + 1) * sizeof(uint32_t));
+	uint32_t *goff = malloc(((size_t)distinct + 1) * sizeof(uint32_t));
+	if (!gcount || !gorder || !gslots || !goff)
+		DIE("out of memory");
+	for (uint32_t i = 0; i < n; i++)
+		gcount[look[i] + 1]++;
+	uint32_t ng = 0;
+	for (uint64_t k = 0; k < slots; k++) {
+		if (gcount[k + 1]) {
+			gslots[ng] = (uint32_t)k;
+			goff[ng++] = gcount[k];
+		}
+		gcount[k + 1] += gcount[k];
+	}
+	goff[ng] = n;
+	for (uint32_t i = 0; i < n; i++)
+		gorder[gcount[look[i]]++] = i;
+	uint32_t *gslots_d = upload(g, gslots, ((size_t)ng + 1) * sizeof(uint32_t));
+	uint32_t *goff_d = upload(g, goff, ((size_t)ng + 1) * sizeof(uint32_t));
+	uint32_t *gorder_d = upload(g, gorder, (size_t)n * sizeof(uint32_t));
+
 	const double row = (double)dim * sizeof(float);
-	for (int with_state = 0; with_state < 2; with_state++) {
+	for (int run = 0; run < 4; run++) {
+		const int with_state = run & 1, grouped = run >> 1;
 		ember_gpu_arena_options ao = { .dim = dim, .slots = slots,
 					       .state = with_state ? EMBER_GPU_STATE_ADAGRAD
 								   : EMBER_GPU_STATE_NONE };
@@ -479,7 +506,7 @@ static void bench_kernels(ember_gpu *g, const cfg *c)
 		TRY(ember_gpu_arena_create(g, &ao, &a));
 		kernel_run k;
 
-		if (!with_state) {
+		if (run == 0) {
 			TRY(ember_gpu_gather(s, a, look_d, n, out_d, 0));
 			TRY(ember_gpu_event_record(t0, s));
 			for (int i = 0; i < reps; i++)
@@ -490,14 +517,22 @@ static void bench_kernels(ember_gpu *g, const cfg *c)
 		}
 		ember_gpu_update u = { .optimizer = with_state ? EMBER_GPU_OPT_ADAGRAD
 							       : EMBER_GPU_OPT_SGD, .lr = 0.01f };
-		TRY(ember_gpu_scatter_apply(s, a, look_d, n, grads_d, &u));
-		TRY(ember_gpu_event_record(t0, s));
-		for (int i = 0; i < reps; i++)
-			TRY(ember_gpu_scatter_apply(s, a, look_d, n, grads_d, &u));
+		for (int i = 0; i < reps + 1; i++) {
+			if (i == 1)
+				TRY(ember_gpu_event_record(t0, s)); /* the first one warms up */
+			if (grouped)
+				TRY(ember_gpu_scatter_apply_grouped(s, a, gslots_d, goff_d, ng,
+								    gorder_d, n, n, grads_d, &u));
+			else
+				TRY(ember_gpu_scatter_apply(s, a, look_d, n, grads_d, &u));
+		}
 		TRY(ember_gpu_event_record(t1, s));
 		/* useful bytes: gradients and indices read, each distinct row (and its
-		 * state) read and written once; the sort's traffic is not counted */
-		k = (kernel_run){ with_state ? "scatter-apply adagrad" : "scatter-apply sgd",
+		 * state) read and written once; the sort's traffic (ungrouped) and the
+		 * group arrays (grouped) are not counted */
+		static const char *const names[4] = { "scatter-apply sgd", "scatter-apply adagrad",
+						      "grouped sgd", "grouped adagrad" };
+		k = (kernel_run){ names[run],
 				  n * (row + 4) + distinct * row * 2 * (with_state ? 2 : 1),
 				  elapsed(t0, t1) / reps };
 		report_kernel(&k, copy_gbps);
@@ -517,13 +552,20 @@ static void bench_kernels(ember_gpu *g, const cfg *c)
 			TRY(ember_gpu_copy_d2h(s, &got, out_d, sizeof(got)));
 			TRY(ember_gpu_stream_synchronize(s));
 			if (got != want && (got - want > 1e-4f || want - got > 1e-4f))
-				DIE("scatter-apply check: slot %u col 0 is %g, want %g", slot,
+				DIE("%s check: slot %u col 0 is %g, want %g", names[run], slot,
 				    (double)got, (double)want);
 		}
 		TRY(ember_gpu_stream_synchronize(s));
 		TRY(ember_gpu_arena_check(a));
 		TRY(ember_gpu_arena_destroy(a));
 	}
+	TRY(ember_gpu_mem_free(g, gorder_d));
+	TRY(ember_gpu_mem_free(g, goff_d));
+	TRY(ember_gpu_mem_free(g, gslots_d));
+	free(goff);
+	free(gslots);
+	free(gorder);
+	free(gcount);
 	TRY(ember_gpu_mem_free(g, out_d));
 	TRY(ember_gpu_mem_free(g, grads_d));
 	TRY(ember_gpu_mem_free(g, look_d));

@@ -368,6 +368,47 @@ static void test_arena_kernels(ember_gpu *g, ember_gpu *other)
 	CHECK_OK(ember_gpu_stream_synchronize(s));
 	CHECK_OK(ember_gpu_arena_check(a));
 	CHECK_OK(ember_gpu_arena_check(sa));
+	/* grouped scatter-apply: two groups of one lookup each */
+	const uint32_t goff[3] = { 0, 1, 2 }, order[2] = { 1, 0 };
+	uint32_t *goff_d = gt_upload(g, goff, sizeof(goff));
+	uint32_t *order_d = gt_upload(g, order, sizeof(order));
+	CHECK_RC(ember_gpu_scatter_apply_grouped(NULL, a, slots_d, goff_d, 2, order_d, 2, 2, buf, &u),
+		 EMBER_EINVAL);
+	CHECK_RC(ember_gpu_scatter_apply_grouped(s, NULL, slots_d, goff_d, 2, order_d, 2, 2, buf, &u),
+		 EMBER_EINVAL);
+	CHECK_RC(ember_gpu_scatter_apply_grouped(s, a, NULL, goff_d, 2, order_d, 2, 2, buf, &u),
+		 EMBER_EINVAL);
+	CHECK_RC(ember_gpu_scatter_apply_grouped(s, a, slots_d, NULL, 2, order_d, 2, 2, buf, &u),
+		 EMBER_EINVAL);
+	CHECK_RC(ember_gpu_scatter_apply_grouped(s, a, slots_d, goff_d, 2, NULL, 2, 2, buf, &u),
+		 EMBER_EINVAL);
+	CHECK_RC(ember_gpu_scatter_apply_grouped(s, a, slots_d, goff_d, 2, order_d, 2, 2, NULL, &u),
+		 EMBER_EINVAL);
+	CHECK_RC(ember_gpu_scatter_apply_grouped(s, a, slots_d, goff_d, 2, order_d, 2, 2, buf, NULL),
+		 EMBER_EINVAL);
+	CHECK_RC(ember_gpu_scatter_apply_grouped(os, a, slots_d, goff_d, 2, order_d, 2, 2, buf, &u),
+		 EMBER_EINVAL);
+	CHECK_RC(ember_gpu_scatter_apply_grouped(s, a, slots_d, goff_d, 3, order_d, 2, 2, buf, &u),
+		 EMBER_EINVAL); /* more groups than entries */
+	CHECK_RC(ember_gpu_scatter_apply_grouped(s, a, slots_d, goff_d, 2, order_d, 0x80000000u, 2,
+						 buf, &u),
+		 EMBER_EINVAL);
+	u.optimizer = EMBER_GPU_OPT_ADAGRAD; /* the arena has no state */
+	CHECK_RC(ember_gpu_scatter_apply_grouped(s, a, slots_d, goff_d, 2, order_d, 2, 2, buf, &u),
+		 EMBER_EINVAL);
+	CHECK_RC(ember_gpu_scatter_apply_grouped(s, a, slots_d, goff_d, 0, NULL, 0, 0, NULL, &u),
+		 EMBER_EINVAL); /* empty, but the update is still checked */
+	u.optimizer = EMBER_GPU_OPT_SGD;
+	CHECK_OK(ember_gpu_scatter_apply_grouped(s, a, slots_d, goff_d, 0, NULL, 0, 0, NULL, &u));
+	CHECK_OK(ember_gpu_scatter_apply_grouped(s, a, slots_d, goff_d, 2, order_d, 2, 2, buf, &u));
+	CHECK_OK(ember_gpu_stream_synchronize(s));
+	CHECK_OK(ember_gpu_arena_check(a));
+	/* an order entry past max_row is flagged, not read */
+	CHECK_OK(ember_gpu_scatter_apply_grouped(s, a, slots_d, goff_d, 2, order_d, 2, 1, buf, &u));
+	CHECK_OK(ember_gpu_stream_synchronize(s));
+	CHECK_RC(ember_gpu_arena_check(a), EMBER_EINVAL);
+	CHECK_OK(ember_gpu_mem_free(g, order_d));
+	CHECK_OK(ember_gpu_mem_free(g, goff_d));
 
 	CHECK_OK(ember_gpu_mem_free(g, buf));
 	CHECK_OK(ember_gpu_mem_free(g, slots_d));

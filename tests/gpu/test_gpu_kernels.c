@@ -182,6 +182,79 @@ static void check_scratch(ember_gpu *g, ember_gpu_arena *a, uint32_t n, uint32_t
 		       bytes, (double)bytes / n);
 }
 
+/* ember_gpu_scatter_apply_grouped over the lookups grouped by slot on the host (in
+ * lookup order within a group) must give the arena ember_gpu_scatter_apply gave,
+ * bit for bit: a second arena from the same rows, then the two compared. */
+static void grouped_check(ember_gpu *g, const shape *sh, const inputs *in, const float *applied,
+			  const uint32_t *ident_d, const float *grads_d)
+{
+	ember_gpu_stream *s = gt_compute(g);
+	ember_gpu_arena_options ao = { .dim = sh->dim, .slots = sh->slots, .state = sh->state };
+	ember_gpu_arena *a = NULL;
+	CHECK_OK(ember_gpu_arena_create(g, &ao, &a));
+	float *init_d = gt_upload(g, in->init, (size_t)sh->slots * sh->w * sizeof(float));
+	CHECK_OK(ember_gpu_install(s, a, ident_d, sh->slots, init_d, EMBER_GPU_WITH_STATE, 0.0f));
+
+	/* a counting sort of the lookups by slot: stable, so lookup order within a slot */
+	uint32_t *count = gt_malloc(((size_t)sh->slots + 1) * sizeof(uint32_t));
+	uint32_t *order = gt_malloc((size_t)sh->n * sizeof(uint32_t));
+	uint32_t *gslots = gt_malloc((size_t)sh->n * sizeof(uint32_t));
+	uint32_t *goff = gt_malloc(((size_t)sh->n + 1) * sizeof(uint32_t));
+	memset(count, 0, ((size_t)sh->slots + 1) * sizeof(uint32_t));
+	for (uint32_t i = 0; i < sh->n; i++)
+		count[in->look[i] + 1]++;
+	uint32_t ng = 0;
+	for (uint32_t k = 0; k < sh->slots; k++) {
+		if (count[k + 1]) {
+			gslots[ng] = k;
+			goff[ng++] = count[k];
+		}
+		count[k + 1] += count[k];
+	}
+	goff[ng] = sh->n;
+	for (uint32_t i = 0; i < sh->n; i++)
+		order[count[in->look[i]]++] = i;
+
+	uint32_t *gslots_d = gt_upload(g, gslots, ((size_t)ng + 1) * sizeof(uint32_t));
+	uint32_t *goff_d = gt_upload(g, goff, ((size_t)ng + 1) * sizeof(uint32_t));
+	uint32_t *order_d = gt_upload(g, order, (size_t)sh->n * sizeof(uint32_t));
+	ember_gpu_update u = { .optimizer = sh->opt, .lr = sh->lr, .eps = sh->eps };
+	CHECK_OK(ember_gpu_scatter_apply_grouped(s, a, gslots_d, goff_d, ng, order_d, sh->n, sh->n,
+						 grads_d, &u));
+	float *got = gt_malloc((size_t)sh->slots * sh->w * sizeof(float));
+	read_arena(g, a, sh, ident_d, got);
+	CHECK_OK(ember_gpu_arena_check(a));
+	CHECK(memcmp(got, applied, (size_t)sh->slots * sh->w * sizeof(float)) == 0,
+	      "grouped scatter-apply (%u groups) differs from scatter-apply", ng);
+
+	/* a bad group is skipped and flagged; the others are applied */
+	if (ng >= 2) {
+		gslots[0] = sh->slots; /* out of range */
+		uint32_t *bad_d = gt_upload(g, gslots, (size_t)ng * sizeof(uint32_t));
+		CHECK_OK(ember_gpu_scatter_apply_grouped(s, a, bad_d, goff_d, ng, order_d,
+							 sh->n, sh->n, grads_d, &u));
+		CHECK_OK(ember_gpu_stream_synchronize(s));
+		CHECK_OK(ember_gpu_mem_free(g, bad_d));
+		CHECK_OK(ember_gpu_stream_synchronize(s));
+		CHECK_RC(ember_gpu_arena_check(a), EMBER_EINVAL);
+		CHECK_OK(ember_gpu_scatter_apply_grouped(s, a, gslots_d, goff_d, ng, order_d,
+							 sh->n, 0, grads_d, &u)); /* max_row 0 */
+		CHECK_OK(ember_gpu_stream_synchronize(s));
+		CHECK_RC(ember_gpu_arena_check(a), EMBER_EINVAL);
+	}
+	CHECK_OK(ember_gpu_stream_synchronize(s));
+	CHECK_OK(ember_gpu_mem_free(g, order_d));
+	CHECK_OK(ember_gpu_mem_free(g, goff_d));
+	CHECK_OK(ember_gpu_mem_free(g, gslots_d));
+	CHECK_OK(ember_gpu_mem_free(g, init_d));
+	CHECK_OK(ember_gpu_arena_destroy(a));
+	free(got);
+	free(goff);
+	free(gslots);
+	free(order);
+	free(count);
+}
+
 static void run_backend(ember_gpu *g, const shape *sh, const inputs *in, outputs *out)
 {
 	ember_gpu_stream *s = gt_compute(g);
@@ -258,6 +331,7 @@ static void run_backend(ember_gpu *g, const shape *sh, const inputs *in, outputs
 	check_scratch(g, a, sh->n, sh->dim);
 	CHECK_OK(ember_gpu_scatter_apply(s, a, look_d, sh->n, grads_d, &u));
 	read_arena(g, a, sh, ident_d, out->applied);
+	grouped_check(g, sh, in, out->applied, ident_d, grads_d);
 
 	/* Re-install m slots without state: the state goes to state_init. */
 	if (in->m > 0) {

@@ -50,7 +50,19 @@
  */
 int ember_py_db_get(PyObject *obj, ember_db **db);
 
-/* Until store.c defines it, no object is a store (its definition overrides this). */
+/*
+ * store.c: count a holder of obj's store (+1 when a Graph opens, -1 when it
+ * closes), so that the store refuses to close (ember.BusyError) under an open
+ * graph. GIL held.
+ */
+void ember_py_db_hold(PyObject *obj, int delta);
+
+/* Until store.c defines them, no object is a store (its definitions override
+ * these). */
+__attribute__((weak)) void ember_py_db_hold(PyObject *obj, int delta)
+{
+}
+
 __attribute__((weak)) int ember_py_db_get(PyObject *obj, ember_db **db)
 {
 	PyErr_Format(PyExc_TypeError, "expected an ember store, got %.80s",
@@ -127,14 +139,18 @@ typedef struct {
 
 static PyTypeObject Graph_Type;
 
-static void graph_close_c(GraphObject *self, int *rc)
+/* Close under the exclusive lock; *closed = 1 when this call closed it. */
+static void graph_close_c(GraphObject *self, int *rc, int *closed)
 {
 	pthread_rwlock_wrlock(&self->lock);
 	*rc = 0;
+	*closed = 0;
 	if (self->g) {
 		*rc = ember_graph_close(self->g);
-		if (*rc == 0)
+		if (*rc == 0) {
 			self->g = NULL;
+			*closed = 1;
+		}
 	}
 	pthread_rwlock_unlock(&self->lock);
 }
@@ -177,17 +193,20 @@ static int Graph_init(GraphObject *self, PyObject *args, PyObject *kw)
 	self->g = g;
 	self->db = db;
 	self->store = store; /* the reference taken above */
+	ember_py_db_hold(store, +1);
 	return 0;
 }
 
 static void Graph_dealloc(GraphObject *self)
 {
-	int rc;
+	int rc, closed = 0;
 	if (self->g) {
 		Py_BEGIN_ALLOW_THREADS
-		graph_close_c(self, &rc);
+		graph_close_c(self, &rc, &closed);
 		Py_END_ALLOW_THREADS
 	}
+	if (closed)
+		ember_py_db_hold(self->store, -1);
 	pthread_rwlock_destroy(&self->lock);
 	Py_XDECREF(self->store);
 	Py_TYPE(self)->tp_free((PyObject *)self);
@@ -205,10 +224,12 @@ static PyObject *Graph_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 
 static PyObject *Graph_close(GraphObject *self, PyObject *unused)
 {
-	int rc;
+	int rc, closed;
 	Py_BEGIN_ALLOW_THREADS
-	graph_close_c(self, &rc);
+	graph_close_c(self, &rc, &closed);
 	Py_END_ALLOW_THREADS
+	if (closed)
+		ember_py_db_hold(self->store, -1);
 	if (rc < 0)
 		return gp_raise(rc, "close the graph's buffers first");
 	Py_RETURN_NONE;

@@ -16,7 +16,7 @@ from ember import _ember
 
 @pytest.fixture
 def store(tmp_path):
-    db = _ember.Db(str(tmp_path / "store"), log_memory=64 << 20, index_buckets=1 << 12)
+    db = ember.Store(str(tmp_path / "store"), log_memory=64 << 20, index_buckets=1 << 12)
     yield db
     db.close()
 

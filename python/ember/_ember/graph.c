@@ -43,36 +43,10 @@
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-/*
- * store.c: the store under a _ember.Db object. 0 with *db set, or -1 with
- * TypeError (not a Db) or ember.StateError (closed) raised. The caller keeps a
- * reference to obj for as long as it uses *db.
- */
-int ember_py_db_get(PyObject *obj, ember_db **db);
-
-/*
- * store.c: count a holder of obj's store (+1 when a Graph opens, -1 when it
- * closes), so that the store refuses to close (ember.BusyError) under an open
- * graph. GIL held.
- */
-void ember_py_db_hold(PyObject *obj, int delta);
-
-/* Until store.c defines them, no object is a store (its definitions override
- * these). */
-__attribute__((weak)) void ember_py_db_hold(PyObject *obj, int delta)
-{
-}
-
-__attribute__((weak)) int ember_py_db_get(PyObject *obj, ember_db **db)
-{
-	PyErr_Format(PyExc_TypeError, "expected an ember store, got %.80s",
-		     Py_TYPE(obj)->tp_name);
-	return -1;
-}
-
 /* A new bytearray of n bytes (its memory in *data), or NULL with MemoryError. */
 static PyObject *gp_bytes(size_t n, void **data)
 {
+	*data = NULL;
 	if (n > PY_SSIZE_T_MAX)
 		return PyErr_NoMemory();
 	PyObject *b = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)n);

@@ -31,6 +31,22 @@ int emb_store_init(PyObject *module);
 int emb_cache_init(PyObject *module);
 int emb_graph_init(PyObject *module);
 
+/* ---- the store, for the layers above it (store.c) ------------------------------ */
+
+/*
+ * The store under a _ember.Db: 0 with *db set, or -1 with TypeError (not a Db)
+ * or ember.StateError (closed) raised. The caller keeps a reference to obj while
+ * it uses *db.
+ */
+int ember_py_db_get(PyObject *obj, ember_db **db);
+
+/*
+ * Count a long-lived holder of obj's store (an open graph: +1 at open, -1 at
+ * close), as a call in flight counts: Db.close raises ember.BusyError while any
+ * is counted, so the store is never closed under a holder.
+ */
+void ember_py_db_hold(PyObject *obj, int delta);
+
 /* ---- errors -------------------------------------------------------------------- */
 
 /*

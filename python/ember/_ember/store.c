@@ -1213,6 +1213,27 @@ static PyTypeObject walk_type = {
 	.tp_new = PyType_GenericNew,
 };
 
+/* ---- for the layers above the store ------------------------------------------- */
+
+int ember_py_db_get(PyObject *obj, ember_db **db)
+{
+	if (!PyObject_TypeCheck(obj, &db_type)) {
+		PyErr_Format(PyExc_TypeError, "expected an ember store, got %.80s",
+			     Py_TYPE(obj)->tp_name);
+		return -1;
+	}
+	if (!((db_object *)obj)->db) {
+		ember_py_closed("the store");
+		return -1;
+	}
+	*db = ((db_object *)obj)->db;
+	return 0;
+}
+
+void ember_py_db_hold(PyObject *obj, int delta)
+{
+	((db_object *)obj)->active += delta;
+}
 
 int emb_store_init(PyObject *module)
 {

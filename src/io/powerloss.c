@@ -739,10 +739,8 @@ static int rm_tree(const char *path)
 			if (!p)
 				break;
 			snprintf(p, n, "%s/%s", path, e->d_name);
-			if (unlink(p) != 0 && errno == EISDIR)
-				(void)rm_tree(p);
-			else if (errno == EPERM)
-				(void)rm_tree(p);
+			if (unlink(p) != 0 && (errno == EISDIR || errno == EPERM))
+				(void)rm_tree(p); /* a directory (unlink's error for one varies) */
 			free(p);
 		}
 		closedir(d);

@@ -50,6 +50,12 @@
 #include "io/file.h"
 
 #include "core/fault.h"
+#if defined(EMBER_POWERLOSS_SIM) && EMBER_POWERLOSS_SIM
+#include "io/powerloss.h" /* test builds: every durability event goes through it */
+#define PL(x) x
+#else
+#define PL(x) ((void)0)
+#endif
 
 #include "core/alloc.h"
 
@@ -118,6 +124,9 @@ struct em_segs {
 static int open_store_file(const char *path, int oflags, int *direct)
 {
 	*direct = 1;
+	int plst = 0; /* power-loss simulator: did the file exist? */
+	PL(em_pl_open_begin(path, oflags, &plst));
+	(void)plst;
 	int fd = open(path, oflags | O_DIRECT | O_NONBLOCK, 0644);
 	if (fd < 0 && errno == EINVAL) {
 		fd = open(path, oflags | O_NONBLOCK, 0644); /* the filesystem refuses O_DIRECT */
@@ -125,6 +134,7 @@ static int open_store_file(const char *path, int oflags, int *direct)
 	}
 	if (fd < 0)
 		return -errno;
+	PL(em_pl_open_end(path, oflags, plst, fd));
 	struct stat sb;
 	int rc = fstat(fd, &sb) != 0 ? -errno : 0;
 	if (rc == 0 && (S_ISFIFO(sb.st_mode) || S_ISSOCK(sb.st_mode)))
@@ -236,6 +246,21 @@ static int no_hole(int dfd, const char *name, uint64_t size)
 	return h >= 0 && (uint64_t)h >= size;
 }
 
+static int path_rename(const char *from, const char *to, int noreplace);
+
+/* Unlink name in directory dir (through em_path_unlink). 0 or -errno. */
+static int unlink_in(const char *dir, const char *name)
+{
+	size_t n = strlen(dir) + strlen(name) + 2;
+	char *p = em_alloc(n);
+	if (!p)
+		return -ENOMEM;
+	snprintf(p, n, "%s/%s", dir, name);
+	int rc = em_path_unlink(p);
+	em_free(p, 0);
+	return rc;
+}
+
 #define RM_SEGS 1   /* remove_files: the segment files "<path>.<n>" */
 #define RM_SPARES 2 /* and/or the spares "<path>.spare.*" (invariant 5) */
 
@@ -279,8 +304,9 @@ static int remove_files(const char *path, int what, struct em_segs *keep)
 				continue;
 			}
 		}
-		if (unlinkat(dirfd(d), e->d_name, 0) != 0 && errno != ENOENT && rc == 0)
-			rc = -errno;
+		int urc = unlink_in(dir, e->d_name);
+		if (urc < 0 && urc != -ENOENT && rc == 0)
+			rc = urc;
 	}
 	closedir(d);
 out:
@@ -330,8 +356,8 @@ int em_file_open_segmented(struct em_file *f, const char *path, int flags, uint3
 			goto undo;
 		}
 		rc = remove_files(path, RM_SEGS, NULL);
-		if (rc == 0 && unlink(path) != 0 && errno != ENOENT)
-			rc = -errno;
+		if (rc == 0 && (rc = em_path_unlink(path)) == -ENOENT)
+			rc = 0;
 		if (rc < 0)
 			goto undo;
 		g->dir_dirty = 1;
@@ -357,7 +383,7 @@ static void trim_spares(struct em_segs *g)
 	while (g->nspare > g->spare_max) { /* spares kept beyond the limit (invariant 6) */
 		char *sp = spare_name(g, g->spare[--g->nspare]);
 		if (sp)
-			(void)unlink(sp); /* one left behind goes at the next open */
+			(void)em_path_unlink(sp); /* one left behind goes at the next open */
 		em_free(sp, 0);
 	}
 }
@@ -421,7 +447,7 @@ int em_file_prewrite_spares(struct em_file *f, uint32_t n)
 				rc = em_io_pwrite(&r, &one, zero, chunk, off);
 			close(fd);
 			if (rc < 0)
-				(void)unlink(sp); /* half written: not a spare */
+				(void)em_path_unlink(sp); /* half written: not a spare */
 			else
 				g->spare[g->nspare++] = g->spare_seq;
 			g->dir_dirty = 1;
@@ -491,12 +517,13 @@ static int seg_fd(struct em_file *f, uint64_t n, int write)
 	if ((oflags & O_CREAT) && g->nspare) {
 		/* a spare becomes segment n, unless n's file exists (invariant 5) */
 		char *sp = spare_name(g, g->spare[g->nspare - 1]);
-		if (sp && renameat2(AT_FDCWD, sp, AT_FDCWD, name, RENAME_NOREPLACE) == 0) {
+		int rrc = sp ? path_rename(sp, name, 1) : -ENOMEM;
+		if (rrc == 0) {
 			g->nspare--;
 			g->dir_dirty = 1;
-		} else if (sp && errno == ENOENT) {
+		} else if (rrc == -ENOENT) {
 			g->nspare--; /* gone from under us: forget it */
-		} else if (sp && (errno == EINVAL || errno == ENOSYS)) {
+		} else if (rrc == -EINVAL || rrc == -ENOSYS) {
 			/* no RENAME_NOREPLACE here: recycling cannot work, and every
 			 * segment would try again; the spares would only hold disk */
 			g->spare_max = 0;
@@ -559,11 +586,12 @@ int em_file_remove_below(struct em_file *f, uint64_t off)
 		if (!seg_parse(e->d_name, base, blen, &n) || n >= lim)
 			continue;
 		retire_fd(g, n);
-		if (unlinkat(dirfd(d), e->d_name, 0) == 0) {
+		int urc = unlink_in(g->dir, e->d_name);
+		if (urc == 0) {
 			removed++;
 			g->dir_dirty = 1; /* the next fsync makes the removal durable */
-		} else if (errno != ENOENT && rc == 0) {
-			rc = -errno;
+		} else if (urc != -ENOENT && rc == 0) {
+			rc = urc;
 		}
 	}
 	pthread_mutex_unlock(&g->mu);
@@ -604,7 +632,7 @@ static void segs_close(struct em_file *f)
 	for (uint32_t i = 0; i < g->nspare && !g->keep_spares; i++) {
 		char *sp = spare_name(g, g->spare[i]);
 		if (sp)
-			(void)unlink(sp); /* space back to the file system; a leftover goes at open */
+			(void)em_path_unlink(sp); /* space back to the file system; a leftover goes at open */
 		em_free(sp, 0);
 	}
 	pthread_mutex_destroy(&g->mu);
@@ -630,9 +658,67 @@ int em_dir_fsync(const char *path)
 	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
+	uint64_t ticket = 0; /* power-loss simulator: what this fsync covers */
+	PL(ticket = em_pl_sync_begin(fd, 1));
 	int rc = fsync(fd) == 0 ? 0 : -errno;
+	PL(em_pl_sync_end(fd, 1, ticket, rc));
+	(void)ticket;
 	close(fd);
 	return rc;
+}
+
+int em_dir_fsync_parent(const char *path)
+{
+	char *d = dir_of(path);
+	if (!d)
+		return -ENOMEM;
+	int rc = em_dir_fsync(d);
+	em_free(d, 0);
+	return rc;
+}
+
+/* rename(2), or renameat2 with RENAME_NOREPLACE: 0 or -errno. */
+static int path_rename(const char *from, const char *to, int noreplace)
+{
+#if defined(EMBER_POWERLOSS_SIM) && EMBER_POWERLOSS_SIM
+	if (em_pl_armed())
+		return em_pl_rename(from, to, noreplace);
+#endif
+	int rc = noreplace ? renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE)
+			   : rename(from, to);
+	return rc == 0 ? 0 : -errno;
+}
+
+int em_path_rename(const char *from, const char *to)
+{
+	return path_rename(from, to, 0);
+}
+
+int em_path_unlink(const char *path)
+{
+#if defined(EMBER_POWERLOSS_SIM) && EMBER_POWERLOSS_SIM
+	if (em_pl_armed())
+		return em_pl_unlink(path);
+#endif
+	return unlink(path) == 0 ? 0 : -errno;
+}
+
+int em_path_mkdir(const char *path)
+{
+#if defined(EMBER_POWERLOSS_SIM) && EMBER_POWERLOSS_SIM
+	if (em_pl_armed())
+		return em_pl_mkdir(path, 0755);
+#endif
+	return mkdir(path, 0755) == 0 ? 0 : -errno;
+}
+
+int em_path_rmdir(const char *path)
+{
+#if defined(EMBER_POWERLOSS_SIM) && EMBER_POWERLOSS_SIM
+	if (em_pl_armed())
+		return em_pl_rmdir(path);
+#endif
+	return rmdir(path) == 0 ? 0 : -errno;
 }
 
 int64_t em_file_size(struct em_file *f)
@@ -674,6 +760,7 @@ void em_ring_exit(struct em_ring *r)
 	if (!r->ready)
 		return;
 	EM_FAULT_RING_FORGET(r); /* fault injection: drop injected completions */
+	PL(em_pl_ring_exit(r)); /* power-loss simulator: its requests never completed */
 	io_uring_queue_exit(&r->ring);
 	em_free(r->splits, r->depth * sizeof(struct em_split));
 	r->splits = NULL;
@@ -797,8 +884,10 @@ static int seg_rw(struct em_ring *r, struct em_file *f, void *buf, uint32_t len,
 			io_uring_prep_nop(sqe);
 		} else {
 			int fd = fds[p];
-			if (write)
+			if (write) {
+				PL(em_pl_write(fd, (const uint8_t *)buf + rel, plen, o, r, ud, 0));
 				io_uring_prep_write(sqe, fd, (const uint8_t *)buf + rel, plen, o);
+			}
 			else
 				io_uring_prep_read(sqe, fd, (uint8_t *)buf + rel, plen, o);
 		}
@@ -830,6 +919,7 @@ int em_ring_write(struct em_ring *r, struct em_file *f, const void *buf, uint32_
 	struct io_uring_sqe *sqe = ring_sqe(r);
 	if (!sqe)
 		return -EBUSY;
+	PL(em_pl_write(f->fd, buf, len, off, r, user_data, 0)); /* power-loss simulator */
 	io_uring_prep_write(sqe, f->fd, buf, len, off);
 	io_uring_sqe_set_data64(sqe, user_data);
 	return 0;
@@ -857,6 +947,7 @@ int em_ring_punch(struct em_ring *r, struct em_file *f, uint64_t off, uint64_t l
 	struct io_uring_sqe *sqe = ring_sqe(r);
 	if (!sqe)
 		return -EBUSY;
+	PL(em_pl_write(f->fd, NULL, len, off, r, user_data, 1)); /* power-loss simulator */
 	io_uring_prep_fallocate(sqe, f->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, len);
 	io_uring_sqe_set_data64(sqe, user_data);
 	return 0;
@@ -909,10 +1000,12 @@ static int ring_drain_ready(struct em_ring *r, em_ring_cb cb, void *ctx)
 				res = (int)(rel + (uint64_t)sp->short_res);
 			}
 			done++;
+			PL(em_pl_complete(r, sp->ud)); /* power-loss simulator */
 			cb(ctx, sp->ud, EM_FAULT_RING_RESULT(r, sp->ud, res)); /* fault injection */
 			continue;
 		}
 		r->inflight--;
+		PL(em_pl_complete(r, ud)); /* power-loss simulator */
 		int res = EM_FAULT_RING_RESULT(r, ud, cqe->res); /* fault injection */
 		done++;
 		cb(ctx, ud, res);
@@ -1030,13 +1123,13 @@ static int segs_punch(struct em_ring *r, struct em_file *f, uint64_t off, uint64
 			char *sp = g->nspare < g->spare_max ? spare_name(g, g->spare_seq) : NULL;
 			if (!name) {
 				rc = -ENOMEM;
-			} else if (sp && rename(name, sp) == 0) {
+			} else if (sp && em_path_rename(name, sp) == 0) {
 				g->spare[g->nspare++] = g->spare_seq++; /* invariant 5 */
 				g->dir_dirty = 1;
-			} else if (unlink(name) == 0) {
+			} else if ((rc = em_path_unlink(name)) == 0) {
 				g->dir_dirty = 1; /* the next fsync makes the removal durable */
-			} else if (errno != ENOENT) {
-				rc = -errno;
+			} else if (rc == -ENOENT) {
+				rc = 0;
 			}
 			em_free(sp, 0);
 			em_free(name, 0);
@@ -1111,9 +1204,13 @@ int em_io_fsync(struct em_ring *r, struct em_file *f)
 {
 	if (f->segs)
 		return segs_fsync(r, f, 0);
+	uint64_t ticket = 0; /* power-loss simulator: what this fsync covers */
+	PL(ticket = em_pl_sync_begin(f->fd, 0));
+	(void)ticket;
 	int rc = em_ring_fsync(r, f, 0);
 	if (rc < 0)
 		return rc;
 	rc = sync_wait(r);
+	PL(em_pl_sync_end(f->fd, 0, ticket, rc));
 	return rc < 0 ? rc : 0;
 }

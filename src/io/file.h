@@ -98,6 +98,17 @@ int64_t em_file_size(struct em_file *f);
 /* Make the entries of directory path (creations, renames, removals) durable: open
  * it and fsync(2) it (io_uring has no use here: one synchronous call). 0 or -errno. */
 int em_dir_fsync(const char *path);
+/* em_dir_fsync of the directory holding path (its entry durable: after a mkdir). */
+int em_dir_fsync_parent(const char *path);
+
+/* Directory changes of store files: unlink(2), rename(2), mkdir(2) (mode 0755) and
+ * rmdir(2), returning 0 or -errno. Every change the store makes to its directories
+ * goes through these (or through the em_file calls above), so that a test build's
+ * power-loss simulator (io/powerloss.h) sees each one. */
+int em_path_unlink(const char *path);
+int em_path_rename(const char *from, const char *to);
+int em_path_mkdir(const char *path);
+int em_path_rmdir(const char *path);
 
 struct em_split;
 

@@ -175,7 +175,8 @@ static int remove_ckpt_dir(struct ember_db *db, const char *name)
 		 * (its mkdir), so it goes. The entry only: through a link, the files of
 		 * whatever it led to went, and a dangling one failed the removal
 		 * (-ENOENT) at every checkpoint, so log space was never given back */
-		rc = unlink(d) != 0 && errno != ENOENT ? -errno : 0;
+		rc = em_path_unlink(d);
+		rc = rc == -ENOENT ? 0 : rc;
 		goto out;
 	}
 	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
@@ -184,13 +185,15 @@ static int remove_ckpt_dir(struct ember_db *db, const char *name)
 			rc = EMBER_ENOMEM;
 			goto out;
 		}
-		rc = unlink(p) != 0 && errno != ENOENT ? -errno : 0;
+		rc = em_path_unlink(p);
+		rc = rc == -ENOENT ? 0 : rc;
 		em_free(p, 0);
 		if (rc < 0 && i == 0)
 			goto out; /* the meta stays: still a checkpoint */
 	}
 	rc = 0;
-	if (rmdir(d) != 0 && errno != ENOENT) {
+	int drc = em_path_rmdir(d);
+	if (drc < 0 && drc != -ENOENT) {
 		rc = em_dir_fsync(d); /* it stays, without its meta: make that durable */
 		if (rc == 0)
 			rc = 1;
@@ -504,15 +507,19 @@ static int write_meta(struct ember_db *db, struct em_ring *ring, const char *nam
 	if (rc == 0)
 		rc = em_io_fsync(ring, &f);
 	em_file_close(&f);
+	/* the entries of hot.index, cold.table and meta.tmp durable before the meta
+	 * that names them is published: a crash could otherwise keep the rename and
+	 * lose a file it needs (a damaged checkpoint: the first one's failed the open) */
+	if (rc == 0)
+		rc = em_dir_fsync(dir);
 	if (rc < 0)
 		goto out;
-	if (rename(tmp, fin) != 0) {
-		rc = -errno;
+	rc = em_path_rename(tmp, fin);
+	if (rc < 0)
 		goto out;
-	}
-	rc = em_dir_fsync(dir);
+	rc = em_dir_fsync(dir); /* the rename */
 	if (rc == 0)
-		rc = em_dir_fsync(top);
+		rc = em_dir_fsync(top); /* the checkpoint directory's entry */
 out:
 	em_free(b, CKPT_META_SIZE);
 	em_free(tmp, 0);
@@ -622,14 +629,13 @@ int ckpt_take(struct ember_db *db, uint64_t *id_out)
 		goto out;
 	ring_ok = 1;
 	struct stat sb;
-	if (lstat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode) && unlink(dir) != 0) {
-		rc = -errno; /* a file under this checkpoint's name: in its directory's way */
+	if (lstat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode) && (rc = em_path_unlink(dir)) < 0)
+		goto out; /* a file under this checkpoint's name: in its directory's way */
+	if ((rc = em_path_mkdir(top)) == 0)
+		rc = em_dir_fsync(db->dir); /* checkpoints/ itself, made now: its entry durable */
+	if ((rc < 0 && rc != -EEXIST) || ((rc = em_path_mkdir(dir)) < 0 && rc != -EEXIST))
 		goto out;
-	}
-	if ((mkdir(top, 0755) != 0 && errno != EEXIST) || (mkdir(dir, 0755) != 0 && errno != EEXIST)) {
-		rc = -errno;
-		goto out;
-	}
+	rc = 0;
 	/* step 2 */
 	m.hot_replay = hlog_load(&db->hot->tail);
 	epoch_wait_safe(db);

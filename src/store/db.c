@@ -28,7 +28,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdio.h> /* rename */
+#include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -334,10 +334,10 @@ static int super_write(struct em_ring *ring, const char *dir, const char *path,
 	if (rc == 0)
 		rc = em_io_fsync(ring, &f);
 	em_file_close(&f);
-	if (rc == 0 && rename(tmp, path) != 0)
-		rc = -errno;
+	if (rc == 0)
+		rc = em_path_rename(tmp, path);
 	if (rc < 0) {
-		unlink(tmp);
+		(void)em_path_unlink(tmp);
 		goto undo_alloc;
 	}
 	rc = em_dir_fsync(dir); /* the rename is durable once the directory is */
@@ -522,10 +522,12 @@ int ember_open(const char *dir, const ember_options *opts, ember_db **out)
 		goto undo_db;
 	}
 	memcpy(db->dir, dir, dl + 1);
-	if (!db->readonly && mkdir(dir, 0755) != 0 && errno != EEXIST) {
-		rc = -errno;
+	if (!db->readonly && (rc = em_path_mkdir(dir)) < 0 && rc != -EEXIST)
 		goto undo_db;
-	}
+	/* a directory made now: its entry durable, or a crash could lose the store that
+	 * a completed checkpoint made durable inside it */
+	if (rc == 0 && !db->readonly && (rc = em_dir_fsync_parent(dir)) < 0)
+		goto undo_db;
 	rc = lock_dir(db);
 	if (rc < 0)
 		goto undo_db;

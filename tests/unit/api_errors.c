@@ -10,6 +10,8 @@
 #include "ember.h"
 #include "test_util.h"
 
+#include <xxhash.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -659,6 +661,17 @@ static void write_file(const char *path, const void *data, size_t n)
 	close(fd);
 }
 
+/* Read up to cap bytes of path; returns how many. */
+static size_t read_file(const char *path, void *buf, size_t cap)
+{
+	int fd = open(path, O_RDONLY);
+	CHECK(fd >= 0, "open %s: %s", path, strerror(errno));
+	ssize_t n = read(fd, buf, cap);
+	CHECK(n >= 0, "read %s", path);
+	close(fd);
+	return (size_t)n;
+}
+
 static void expect_open_fails(const char *dir, const ember_options *o, int want, const char *why)
 {
 	ember_db *db = POISON_DB;
@@ -765,13 +778,80 @@ static void test_open_superblock(void)
 	memset(junk, 0, sizeof(junk));
 	write_file(sb, junk, sizeof(junk));
 	expect_open_fails(dir, &keep, EMBER_ENOTEMBER, "zeroed superblock");
-	/* Not documented whether TRUNCATE overwrites a foreign file; it must not crash. */
-	db = NULL;
-	int rc = ember_open(dir, &o, &db);
-	CHECK(rc == 0 || rc == EMBER_ENOTEMBER, "TRUNCATE over a foreign superblock: rc %d (%s)",
-	      rc, ember_strerror(rc));
-	if (rc == 0)
-		CHECK_OK(ember_close(db));
+	/* TRUNCATE never overwrites a file that is not Ember's (ember.h, docs/format.md
+	 * 7.1): EMBER_ENOTEMBER, and the file is left byte for byte */
+	tu_rng_fill(tu_rng_global(), junk, sizeof(junk));
+	for (int kind = 0; kind < 3; kind++) {
+		size_t n = kind == 1 ? 5 : sizeof(junk);
+		if (kind == 1)
+			memcpy(junk, "hello", 5);
+		if (kind == 2)
+			memset(junk, 0, sizeof(junk));
+		write_file(sb, junk, n);
+		expect_open_fails(dir, &o, EMBER_ENOTEMBER, "TRUNCATE over a foreign superblock");
+		uint8_t back[4097];
+		size_t got = read_file(sb, back, sizeof(back));
+		CHECK(got == n && memcmp(back, junk, n) == 0,
+		      "TRUNCATE overwrote a foreign superblock (kind %d: %zu bytes now)", kind, got);
+	}
+	tu_tmpdir_remove(dir);
+}
+
+/* Another format version: EMBER_EVERSION without TRUNCATE (and read-only); TRUNCATE
+ * discards it and creates the store (docs/format.md 7.1). The version field is at
+ * offset 8, the checksum (XXH3_64bits of bytes 0..4087) at 4088 (7.2). */
+static void test_open_version(void)
+{
+	char dir[512], sb[600];
+	CHECK(tu_tmpdir_make("api-version", dir, sizeof(dir)) == 0, "mkdtemp");
+	ember_options o;
+	small_opts(&o);
+	ember_options keep = o, ro = o;
+	keep.flags = 0;
+	ro.flags = EMBER_OPEN_READONLY;
+	ember_db *db = NULL;
+	CHECK_OK(ember_open(dir, &o, &db));
+	ember_session *s = NULL;
+	CHECK_OK(ember_session_open(db, &s));
+	CHECK_OK(ember_put(s, "k", 1, "v", 1));
+	CHECK_OK(ember_session_close(s));
+	CHECK_OK(ember_close(db));
+	CHECK(tu_path_join(sb, sizeof(sb), dir, SUPERBLOCK) == 0, "path");
+	uint8_t good[4096], bad[4096];
+	CHECK(read_file(sb, good, sizeof(good)) == sizeof(good), "superblock size");
+	static const uint32_t versions[] = {0, 1, 4, 99, UINT32_MAX};
+	for (size_t i = 0; i < sizeof(versions) / sizeof(versions[0]); i++) {
+		memcpy(bad, good, sizeof(bad));
+		memcpy(bad + 8, &versions[i], 4);
+		uint64_t sum = XXH3_64bits(bad, 4088);
+		memcpy(bad + 4088, &sum, 8);
+		write_file(sb, bad, sizeof(bad));
+		expect_open_fails(dir, &keep, EMBER_EVERSION, "another format version");
+		expect_open_fails(dir, &ro, EMBER_EVERSION, "another format version, read-only");
+	}
+	/* the checksum left stale: corruption, not a version */
+	memcpy(bad, good, sizeof(bad));
+	bad[8] ^= 0x40;
+	write_file(sb, bad, sizeof(bad));
+	expect_open_fails(dir, &keep, EMBER_ECORRUPT, "a version field that fails the checksum");
+	/* TRUNCATE discards the store of another version: a new, empty store */
+	memcpy(bad, good, sizeof(bad));
+	uint32_t v = 99;
+	memcpy(bad + 8, &v, 4);
+	uint64_t sum = XXH3_64bits(bad, 4088);
+	memcpy(bad + 4088, &sum, 8);
+	write_file(sb, bad, sizeof(bad));
+	CHECK_OK(ember_open(dir, &o, &db));
+	CHECK_OK(ember_close(db));
+	CHECK_OK(ember_open(dir, &keep, &db));
+	CHECK_OK(ember_session_open(db, &s));
+	char buf[8];
+	size_t vl = 0;
+	CHECK_RC(ember_get(s, "k", 1, buf, sizeof(buf), &vl), EMBER_ENOTFOUND);
+	CHECK_OK(ember_session_close(s));
+	CHECK_OK(ember_close(db));
+	CHECK(read_file(sb, bad, sizeof(bad)) == sizeof(bad) && memcmp(bad + 8, good + 8, 4) == 0,
+	      "the new store's superblock has this library's version");
 	tu_tmpdir_remove(dir);
 }
 
@@ -1078,6 +1158,7 @@ int main(int argc, char **argv)
 		{ "session_limit", test_session_limit },
 		{ "open_dirs", test_open_dirs },
 		{ "open_superblock", test_open_superblock },
+		{ "open_version", test_open_version },
 		{ "bad_options", test_bad_options },
 		{ "huge_disk_budget", test_huge_disk_budget },
 		{ "iterate_nested", test_iterate_nested },

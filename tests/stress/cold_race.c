@@ -149,7 +149,7 @@ static void *worker(void *arg)
 				bp[i] = bufs[i];
 				caps[i] = sizeof(bufs[i]);
 			}
-			ember_get_batch(s, NB, kp, kl, bp, caps, vls, st);
+			CHECK_OK(ember_get_batch(s, NB, kp, kl, bp, caps, vls, st));
 			for (int i = 0; i < NB; i++)
 				check_own(ks[i], &m[ks[i]], st[i], bufs[i], vls[i], "get_batch");
 		} else {

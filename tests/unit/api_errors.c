@@ -10,6 +10,8 @@
 #include "ember.h"
 #include "test_util.h"
 
+#include <xxhash.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -659,6 +661,17 @@ static void write_file(const char *path, const void *data, size_t n)
 	close(fd);
 }
 
+/* Read up to cap bytes of path; returns how many. */
+static size_t read_file(const char *path, void *buf, size_t cap)
+{
+	int fd = open(path, O_RDONLY);
+	CHECK(fd >= 0, "open %s: %s", path, strerror(errno));
+	ssize_t n = read(fd, buf, cap);
+	CHECK(n >= 0, "read %s", path);
+	close(fd);
+	return (size_t)n;
+}
+
 static void expect_open_fails(const char *dir, const ember_options *o, int want, const char *why)
 {
 	ember_db *db = POISON_DB;
@@ -765,13 +778,170 @@ static void test_open_superblock(void)
 	memset(junk, 0, sizeof(junk));
 	write_file(sb, junk, sizeof(junk));
 	expect_open_fails(dir, &keep, EMBER_ENOTEMBER, "zeroed superblock");
-	/* Not documented whether TRUNCATE overwrites a foreign file; it must not crash. */
-	db = NULL;
-	int rc = ember_open(dir, &o, &db);
-	CHECK(rc == 0 || rc == EMBER_ENOTEMBER, "TRUNCATE over a foreign superblock: rc %d (%s)",
-	      rc, ember_strerror(rc));
-	if (rc == 0)
-		CHECK_OK(ember_close(db));
+	/* TRUNCATE never overwrites a file that is not Ember's (ember.h, docs/format.md
+	 * 7.1): EMBER_ENOTEMBER, and the file is left byte for byte */
+	tu_rng_fill(tu_rng_global(), junk, sizeof(junk));
+	for (int kind = 0; kind < 3; kind++) {
+		size_t n = kind == 1 ? 5 : sizeof(junk);
+		if (kind == 1)
+			memcpy(junk, "hello", 5);
+		if (kind == 2)
+			memset(junk, 0, sizeof(junk));
+		write_file(sb, junk, n);
+		expect_open_fails(dir, &o, EMBER_ENOTEMBER, "TRUNCATE over a foreign superblock");
+		uint8_t back[4097];
+		size_t got = read_file(sb, back, sizeof(back));
+		CHECK(got == n && memcmp(back, junk, n) == 0,
+		      "TRUNCATE overwrote a foreign superblock (kind %d: %zu bytes now)", kind, got);
+	}
+	tu_tmpdir_remove(dir);
+}
+
+/*
+ * memory_budget's accounting (ember.h): the budget holds the hash index, the cold
+ * index table, the chunk log's memory, the cold log's memory, the entry cache and
+ * the read cache; the hot log gets the rest, rounded down to pages (log_memory is
+ * ignored), and the open fails with EMBER_EINVAL when that is under 8 pages. The
+ * chunk log's memory is a 16th of the budget (at least 8 pages). Checked against
+ * ember_stats: index_bytes, cold_index_bytes (table + chunk ring + entry cache),
+ * read_cache_bytes, cold_cache_bytes, and the hot log's memory once it is full.
+ */
+static void budget_case(const char *dir, uint64_t budget, uint64_t cache, uint64_t rc,
+			int want_rc)
+{
+	const uint64_t page = 64u << 10, index = (1u << 10) * 64, table = (1u << 10) * 8;
+	const uint64_t cold = 8 * page;
+	ember_options o;
+	small_opts(&o);
+	o.memory_budget = budget;
+	o.log_memory = 64u << 20; /* ignored under a budget */
+	o.cold_log_memory = cold;
+	o.cold_index_chunks = 1u << 10;
+	o.cold_cache_memory = cache ? cache : EMBER_COLD_CACHE_OFF;
+	o.read_cache_memory = rc;
+	uint64_t chunk = budget / 16 / page * page;
+	if (chunk < 8 * page)
+		chunk = 8 * page;
+	uint64_t others = index + table + cold + chunk + cache + rc;
+	uint64_t hot = budget > others ? (budget - others) / page * page : 0;
+	ember_db *db = NULL;
+	int rc_open = ember_open(dir, &o, &db);
+	CHECK(rc_open == want_rc, "budget %llu (hot log %llu pages): open %d (%s), want %d",
+	      (unsigned long long)budget, (unsigned long long)(hot / page), rc_open,
+	      ember_strerror(rc_open), want_rc);
+	if (rc_open != 0)
+		return;
+	CHECK(hot >= 8 * page, "the case's arithmetic: %llu", (unsigned long long)hot);
+	/* at the open (the index has no overflow buckets yet) */
+	ember_stats st;
+	CHECK_OK(ember_stats_get(db, &st));
+	CHECK(st.index_bytes == index && st.read_cache_bytes == rc && st.cold_cache_bytes ==
+	      cache / 24 * 24 && st.cold_index_bytes == table + chunk + st.cold_cache_bytes,
+	      "budget %llu: index %llu (want %llu), read cache %llu (want %llu), entry cache "
+	      "%llu (want %llu), cold index %llu (want %llu)", (unsigned long long)budget,
+	      (unsigned long long)st.index_bytes, (unsigned long long)index,
+	      (unsigned long long)st.read_cache_bytes, (unsigned long long)rc,
+	      (unsigned long long)st.cold_cache_bytes, (unsigned long long)cache,
+	      (unsigned long long)st.cold_index_bytes,
+	      (unsigned long long)(table + chunk + cache));
+	ember_session *s = NULL;
+	CHECK_OK(ember_session_open(db, &s));
+	uint8_t v[1000];
+	memset(v, 0x5a, sizeof(v));
+	for (uint64_t i = 0; i < 2 * hot / sizeof(v) + 100; i++) /* twice the hot ring */
+		CHECK_OK(ember_put(s, &i, sizeof(i), v, sizeof(v)));
+	CHECK_OK(ember_session_close(s));
+	uint64_t index_open = st.index_bytes;
+	CHECK_OK(ember_stats_get(db, &st));
+	/* twice the ring written: it holds at most what the budget left it (a ring a
+	 * page larger would hold more), less the headroom the log keeps free (1.8 to
+	 * 2.7 pages of 8 measured, as the flushes go) */
+	CHECK(st.hot.bytes_memory <= hot && st.hot.bytes_memory >= hot / 2,
+	      "budget %llu: the hot log holds %llu bytes of memory, the budget leaves %llu",
+	      (unsigned long long)budget, (unsigned long long)st.hot.bytes_memory,
+	      (unsigned long long)hot);
+	st.index_bytes = index_open; /* overflow buckets grow outside the budget */
+	CHECK(st.index_bytes + st.cold_index_bytes + st.read_cache_bytes + st.hot.bytes_memory +
+		      cold <= budget, "budget %llu exceeded", (unsigned long long)budget);
+	CHECK_OK(ember_close(db));
+}
+
+static void test_memory_budget(void)
+{
+	char dir[512];
+	CHECK(tu_tmpdir_make("api-budget", dir, sizeof(dir)) == 0, "mkdtemp");
+	const uint64_t page = 64u << 10, fixed = (1u << 10) * 64 + (1u << 10) * 8 + 8 * page;
+	/* small budgets: the chunk ring is its 8-page minimum; the hot log gets exactly
+	 * 8 pages, then one byte less than that (EINVAL), then 9 pages */
+	uint64_t at8 = fixed + 8 * page + 8 * page;
+	budget_case(dir, at8, 0, 0, 0);
+	budget_case(dir, at8 - 1, 0, 0, EMBER_EINVAL);
+	budget_case(dir, at8 + page + 100, 0, 0, 0);
+	/* the read cache and the entry cache count in it */
+	budget_case(dir, at8 + 8 * page, 0, 8 * page, 0);
+	budget_case(dir, at8 + 8 * page - 1, 0, 8 * page, EMBER_EINVAL);
+	budget_case(dir, at8 + (96u << 10), 96u << 10, 0, 0);
+	budget_case(dir, at8 + (96u << 10) - 1, 96u << 10, 0, EMBER_EINVAL);
+	/* a large budget: the chunk ring is a 16th of it */
+	budget_case(dir, 32u << 20, 0, 0, 0);
+	tu_tmpdir_remove(dir);
+}
+
+/* Another format version: EMBER_EVERSION without TRUNCATE (and read-only); TRUNCATE
+ * discards it and creates the store (docs/format.md 7.1). The version field is at
+ * offset 8, the checksum (XXH3_64bits of bytes 0..4087) at 4088 (7.2). */
+static void test_open_version(void)
+{
+	char dir[512], sb[600];
+	CHECK(tu_tmpdir_make("api-version", dir, sizeof(dir)) == 0, "mkdtemp");
+	ember_options o;
+	small_opts(&o);
+	ember_options keep = o, ro = o;
+	keep.flags = 0;
+	ro.flags = EMBER_OPEN_READONLY;
+	ember_db *db = NULL;
+	CHECK_OK(ember_open(dir, &o, &db));
+	ember_session *s = NULL;
+	CHECK_OK(ember_session_open(db, &s));
+	CHECK_OK(ember_put(s, "k", 1, "v", 1));
+	CHECK_OK(ember_session_close(s));
+	CHECK_OK(ember_close(db));
+	CHECK(tu_path_join(sb, sizeof(sb), dir, SUPERBLOCK) == 0, "path");
+	uint8_t good[4096], bad[4096];
+	CHECK(read_file(sb, good, sizeof(good)) == sizeof(good), "superblock size");
+	static const uint32_t versions[] = {0, 1, 4, 99, UINT32_MAX};
+	for (size_t i = 0; i < sizeof(versions) / sizeof(versions[0]); i++) {
+		memcpy(bad, good, sizeof(bad));
+		memcpy(bad + 8, &versions[i], 4);
+		uint64_t sum = XXH3_64bits(bad, 4088);
+		memcpy(bad + 4088, &sum, 8);
+		write_file(sb, bad, sizeof(bad));
+		expect_open_fails(dir, &keep, EMBER_EVERSION, "another format version");
+		expect_open_fails(dir, &ro, EMBER_EVERSION, "another format version, read-only");
+	}
+	/* the checksum left stale: corruption, not a version */
+	memcpy(bad, good, sizeof(bad));
+	bad[8] ^= 0x40;
+	write_file(sb, bad, sizeof(bad));
+	expect_open_fails(dir, &keep, EMBER_ECORRUPT, "a version field that fails the checksum");
+	/* TRUNCATE discards the store of another version: a new, empty store */
+	memcpy(bad, good, sizeof(bad));
+	uint32_t v = 99;
+	memcpy(bad + 8, &v, 4);
+	uint64_t sum = XXH3_64bits(bad, 4088);
+	memcpy(bad + 4088, &sum, 8);
+	write_file(sb, bad, sizeof(bad));
+	CHECK_OK(ember_open(dir, &o, &db));
+	CHECK_OK(ember_close(db));
+	CHECK_OK(ember_open(dir, &keep, &db));
+	CHECK_OK(ember_session_open(db, &s));
+	char buf[8];
+	size_t vl = 0;
+	CHECK_RC(ember_get(s, "k", 1, buf, sizeof(buf), &vl), EMBER_ENOTFOUND);
+	CHECK_OK(ember_session_close(s));
+	CHECK_OK(ember_close(db));
+	CHECK(read_file(sb, bad, sizeof(bad)) == sizeof(bad) && memcmp(bad + 8, good + 8, 4) == 0,
+	      "the new store's superblock has this library's version");
 	tu_tmpdir_remove(dir);
 }
 
@@ -1078,6 +1248,8 @@ int main(int argc, char **argv)
 		{ "session_limit", test_session_limit },
 		{ "open_dirs", test_open_dirs },
 		{ "open_superblock", test_open_superblock },
+		{ "open_version", test_open_version },
+		{ "memory_budget", test_memory_budget },
 		{ "bad_options", test_bad_options },
 		{ "huge_disk_budget", test_huge_disk_budget },
 		{ "iterate_nested", test_iterate_nested },

@@ -286,6 +286,23 @@ typedef struct ember_cache_view {
 	uint64_t nslots;              /* OUT: slots in slot_memory (the capacity): slot
 					 indices are < nslots, and slot_memory spans
 					 nslots * slot_stride floats */
+	/* GPU slots only (NULL and 0 with host slots): the batch's lookups grouped by
+	 * distinct row, for ember_gpu_scatter_apply_grouped (device memory, valid until
+	 * the release, ready with `ready`): group g is slot dev_group_slots[g] and the
+	 * lookups dev_group_order[dev_group_offsets[g] .. dev_group_offsets[g+1]), in
+	 * increasing lookup order (indices into the lookups as dev_slots orders them).
+	 * The groups' slots are distinct. Updating the rows with
+	 *   ember_gpu_scatter_apply_grouped(s, arena, dev_group_slots, dev_group_offsets,
+	 *                                   ngroups, dev_group_order, nlookups, nlookups,
+	 *                                   grads, &upd)
+	 * gives the rows ember_gpu_scatter_apply(s, arena, dev_slots, nlookups, grads,
+	 * &upd) gives, bit for bit, without the device sort: the cache groups the
+	 * lookups on the host when it plans the batch, off the trainer's path. */
+	const uint32_t *dev_group_slots;   /* OUT: ngroups entries */
+	const uint32_t *dev_group_offsets; /* OUT: ngroups + 1 entries */
+	const uint32_t *dev_group_order;   /* OUT: nlookups entries */
+	uint32_t ngroups;                  /* OUT: distinct rows of the batch */
+	uint32_t reserved2_;
 } ember_cache_view;
 
 /* The row of lookup i of part p of an acquired view (its optimizer state, if the

@@ -100,8 +100,9 @@
  * stated for host calls, also need:
  *   G1. A batch is handed out with an event `ready` (its ring entry's), recorded
  *       on the H2D stream when the batch became resident, after its installs and
- *       the upload of its lookups' slots (slot_store_publish; C2 then holds for
- *       whoever waits on `ready`).
+ *       the upload of its lookups' slots and their groups by row (plan_groups
+ *       fills b->pub on the prefetcher, slot_store_publish uploads it; C2 then
+ *       holds for whoever waits on `ready`).
  *   G2. release makes the H2D and D2H streams wait on the trainer's `done` event
  *       (slot_store_order) BEFORE it publishes `released` under mu; the
  *       prefetcher refills or evicts the batch's slots only after reading that
@@ -319,12 +320,42 @@ undo_stage:
 
 /* Plan batch `planned`: the oracle, then every lookup's slot. Rows last used by
  * batches from `released` on are pinned (their admissions would wait). */
+/*
+ * GPU slots: fill b->pub (sized by push) with what publish uploads: the lookups'
+ * slots, then their groups by distinct row (a counting sort of the lookups by
+ * their row's index: stable, so each group lists its lookups in increasing order;
+ * distinct rows have distinct slots, so the groups' slots are distinct). Runs
+ * before plan_one turns lslots from row indices into slots.
+ */
+static void plan_groups(struct cbatch *b)
+{
+	const size_t n = b->nids;
+	const uint32_t nu = b->ob.nuniq;
+	uint32_t *slots = b->pub, *gslots = slots + n, *goff = gslots + nu,
+		 *order = goff + (size_t)nu + 1;
+	memset(goff, 0, ((size_t)nu + 1) * sizeof(uint32_t));
+	for (size_t i = 0; i < n; i++)
+		goff[b->lslots[i] + 1]++;
+	for (uint32_t u = 0; u < nu; u++) {
+		goff[u + 1] += goff[u];
+		gslots[u] = goff[u]; /* a cursor for now */
+	}
+	for (size_t i = 0; i < n; i++)
+		order[gslots[b->lslots[i]]++] = (uint32_t)i;
+	for (uint32_t u = 0; u < nu; u++)
+		gslots[u] = b->uslot[u];
+	for (size_t i = 0; i < n; i++)
+		slots[i] = b->uslot[b->lslots[i]];
+}
+
 static void plan_one(struct ember_cache *c, uint32_t released)
 {
 	struct cbatch *b = &c->ring[c->planned % c->window];
 	pthread_mutex_lock(&c->omu);
 	oracle_plan(c->oracle, &b->ob, released);
 	pthread_mutex_unlock(&c->omu);
+	if (c->ss.where == EMBER_CACHE_SLOTS_GPU)
+		plan_groups(b);
 	for (size_t i = 0; i < b->nids; i++) /* in place: distinct row -> its slot */
 		b->lslots[i] = b->uslot[b->lslots[i]];
 	b->mdone = 0;
@@ -394,7 +425,8 @@ static void *prefetcher_main(void *arg)
 			uint64_t t0 = now_ns();
 			int rc = b->mdone < b->ob.nmiss ? fetch_round(c, b, released) : 0;
 			if (rc >= 0 && b->mdone == b->ob.nmiss && c->ss.where == EMBER_CACHE_SLOTS_GPU) {
-				int rc2 = slot_store_publish(&c->ss, &b->dev, b->lslots, b->nids); /* G1 */
+				int rc2 = slot_store_publish(&c->ss, &b->dev, b->pub,
+							     2 * b->nids + 2 * (size_t)b->ob.nuniq + 1); /* G1 */
 				if (rc2 < 0)
 					rc = rc2;
 			}
@@ -446,6 +478,7 @@ static void batch_free(struct ember_cache *c, struct cbatch *b)
 	em_free(b->next, 0);
 	em_free(b->uslot, 0);
 	em_free(b->miss, 0);
+	em_free(b->pub, 0);
 }
 
 /* Frees everything; returns the slot store's close result (device errors). */
@@ -760,6 +793,12 @@ int ember_cache_push(ember_cache *c, const ember_cache_batch *batch)
 		est = est > b->uniq_cap ? est : b->uniq_cap;
 		nu_try = est < nu_max ? est : nu_max;
 	}
+	/* GPU slots: room for what publish uploads (plan_groups), for at most nu_max
+	 * distinct rows, before the batch is linked (a link cannot be undone after) */
+	if (c->ss.where == EMBER_CACHE_SLOTS_GPU &&
+	    (rc = grow((void **)&b->pub, &b->pub_cap, 2 * nids + 2 * nu_max + 1,
+		       sizeof(uint32_t))) < 0)
+		return rc;
 	uint64_t t0 = now_ns();
 	for (;;) {
 		rc = batch_reserve(b, batch->nparts, nids, nu_try);
@@ -792,8 +831,8 @@ int ember_cache_push(ember_cache *c, const ember_cache_batch *batch)
 	stat_add(&c->st_plan_ns, now_ns() - t0);
 	if (rc < 0)
 		return rc;
-	c->last_nuniq = b->ob.nuniq;
 	uint32_t nu = b->ob.nuniq;
+	c->last_nuniq = nu;
 	b->nparts = batch->nparts;
 	b->nids = nids;
 	b->mdone = 0;
@@ -843,6 +882,7 @@ static int acquire(ember_cache *c, ember_cache_view *v, int wait)
 	v->nslots = c->capacity;
 	v->flags = 0;
 	v->reserved_ = 0;
+	v->reserved2_ = 0;
 	v->done = NULL;
 	if (c->ss.where == EMBER_CACHE_SLOTS_GPU) {
 		/* G5: ready again, after the G2 waits of every release so far */
@@ -851,12 +891,18 @@ static int acquire(ember_cache *c, ember_cache_view *v, int wait)
 		v->gpu = c->ss.g;
 		v->arena = c->ss.arena;
 		v->dev_slots = b->dev.dev_slots;
+		v->ngroups = b->ob.nuniq;
+		v->dev_group_slots = b->dev.dev_slots + b->nids;
+		v->dev_group_offsets = v->dev_group_slots + b->ob.nuniq;
+		v->dev_group_order = v->dev_group_offsets + b->ob.nuniq + 1;
 		v->nlookups = b->nids;
 		v->ready = b->dev.ready; /* G1, G5 */
 	} else {
 		v->gpu = NULL;
 		v->arena = NULL;
 		v->dev_slots = NULL;
+		v->ngroups = 0;
+		v->dev_group_slots = v->dev_group_offsets = v->dev_group_order = NULL;
 		v->nlookups = b->nids;
 		v->ready = NULL;
 	}

@@ -39,6 +39,10 @@ struct cbatch {
 	uint32_t mdone; /* admissions done (prefetcher) */
 	int applied;    /* ember_cache_apply wrote its rows (trainer, while acquired) */
 	struct slot_batch_dev dev; /* GPU slots: device slot array and `ready` (G1, G3) */
+	/* GPU slots: what slot_store_publish uploads (plan_groups): the lookups' slots
+	 * [nids], then the groups' slots [nuniq], offsets [nuniq + 1] and order [nids] */
+	uint32_t *pub;
+	size_t pub_cap;
 };
 
 /* A table as the cache keeps it: the caller's fields, resolved. */

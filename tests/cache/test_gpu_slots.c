@@ -57,6 +57,7 @@ struct trainer {
 	uint32_t *dev_idx;
 	float *h_out, *h_grads; /* pinned */
 	uint32_t *h_idx;        /* pinned */
+	uint32_t *h_groups;     /* pinned: the view's groups (slots, offsets, order) */
 };
 
 static void trainer_bind(struct trainer *tr, ember_gpu *g)
@@ -74,6 +75,8 @@ static void trainer_bind(struct trainer *tr, ember_gpu *g)
 	CHECK_OK(ember_gpu_host_alloc(g, rows, (void **)&tr->h_out));
 	CHECK_OK(ember_gpu_host_alloc(g, rows, (void **)&tr->h_grads));
 	CHECK_OK(ember_gpu_host_alloc(g, NL * sizeof(uint32_t), (void **)&tr->h_idx));
+	CHECK_OK(ember_gpu_host_alloc(g, (3 * (size_t)NL + 1) * sizeof(uint32_t),
+				      (void **)&tr->h_groups));
 }
 
 static void trainer_unbind(struct trainer *tr)
@@ -89,6 +92,7 @@ static void trainer_unbind(struct trainer *tr)
 	CHECK_OK(ember_gpu_host_free(tr->g, tr->h_out));
 	CHECK_OK(ember_gpu_host_free(tr->g, tr->h_grads));
 	CHECK_OK(ember_gpu_host_free(tr->g, tr->h_idx));
+	CHECK_OK(ember_gpu_host_free(tr->g, tr->h_groups));
 	memset(tr, 0, sizeof(*tr));
 }
 
@@ -132,9 +136,47 @@ static int train_batch(struct trainer *tr, ember_cache_view *v, const struct tra
 	CHECK_OK(ember_gpu_gather(tr->s, v->arena, v->dev_slots, NL, tr->dev_out, 0));
 	CHECK_OK(ember_gpu_copy_d2h(tr->s, tr->h_out, tr->dev_out, NL * rowb));
 	int check_idx = b % 8 == 0;
-	if (check_idx)
+	uint32_t ng = v->ngroups;
+	CHECK(ng >= 1 && ng <= NL && v->dev_group_slots && v->dev_group_offsets &&
+		      v->dev_group_order,
+	      "the view's groups");
+	uint32_t *gs = tr->h_groups, *goff = gs + ng, *order = goff + ng + 1;
+	if (check_idx) {
 		CHECK_OK(ember_gpu_copy_d2h(tr->s, tr->h_idx, v->dev_slots, NL * sizeof(uint32_t)));
+		CHECK_OK(ember_gpu_copy_d2h(tr->s, gs, v->dev_group_slots, ng * sizeof(uint32_t)));
+		CHECK_OK(ember_gpu_copy_d2h(tr->s, goff, v->dev_group_offsets,
+					    (ng + 1) * sizeof(uint32_t)));
+		CHECK_OK(ember_gpu_copy_d2h(tr->s, order, v->dev_group_order, NL * sizeof(uint32_t)));
+	}
 	CHECK_OK(ember_gpu_stream_synchronize(tr->s));
+	if (check_idx) {
+		/* the groups partition the lookups by slot, each in increasing lookup order,
+		 * and name distinct slots */
+		static uint32_t seen[CAPACITY];
+		static uint32_t stamp;
+		stamp++;
+		CHECK(goff[0] == 0 && goff[ng] == NL, "group offsets 0 .. %u", goff[ng]);
+		for (uint32_t g = 0; g < ng; g++) {
+			CHECK(goff[g] < goff[g + 1], "group %u empty or offsets decreasing", g);
+			CHECK(gs[g] < CAPACITY && seen[gs[g]] != stamp, "group %u slot %u repeated", g,
+			      gs[g]);
+			seen[gs[g]] = stamp;
+			for (uint32_t q = goff[g]; q < goff[g + 1]; q++) {
+				CHECK(order[q] < NL && tr->h_idx[order[q]] == gs[g],
+				      "group %u lists lookup %u of another slot", g, order[q]);
+				CHECK(q == goff[g] || order[q - 1] < order[q],
+				      "group %u not in lookup order", g);
+			}
+		}
+		uint32_t distinct = 0;
+		stamp++;
+		for (uint32_t i = 0; i < NL; i++)
+			if (seen[tr->h_idx[i]] != stamp) {
+				seen[tr->h_idx[i]] = stamp;
+				distinct++;
+			}
+		CHECK(distinct == ng, "%u groups for %u distinct slots", ng, distinct);
+	}
 
 	int readonly = tu_rng_chance(rng, 1, 10);
 	memset(tr->h_grads, 0, NL * rowb);
@@ -189,7 +231,14 @@ static int train_batch(struct trainer *tr, ember_cache_view *v, const struct tra
 	CHECK_OK(ember_gpu_copy_h2d(tr->s, tr->dev_grads, tr->h_grads, NL * rowb));
 	if (tu_rng_chance(rng, 1, 6))
 		CHECK_OK(ember_gpu_stream_host_func(tr->s, nap, NULL));
-	CHECK_OK(ember_gpu_scatter_apply(tr->s, v->arena, v->dev_slots, NL, tr->dev_grads, &upd));
+	if (b % 2) /* the grouped form on odd batches: the same rows, no device sort */
+		CHECK_OK(ember_gpu_scatter_apply_grouped(tr->s, v->arena, v->dev_group_slots,
+							 v->dev_group_offsets, v->ngroups,
+							 v->dev_group_order, NL, NL,
+							 tr->dev_grads, &upd));
+	else
+		CHECK_OK(ember_gpu_scatter_apply(tr->s, v->arena, v->dev_slots, NL, tr->dev_grads,
+						 &upd));
 	if (tu_rng_chance(rng, 1, 5)) {
 		CHECK_OK(ember_gpu_stream_synchronize(tr->s));
 		v->done = NULL; /* the work is complete */

@@ -352,6 +352,11 @@ int egc_event_synchronize(const eg_dev *d, void *e)
 int egc_event_elapsed_ms(const eg_dev *d, void *start, void *end, float *ms)
 {
 	EGC_ENTER(d);
+	/* Both must have completed: asked first, so a pending event is EMBER_EAGAIN
+	 * without a failing cudaEventElapsedTime (which compute-sanitizer reports as an
+	 * API error, and which would leave the thread's last-error state set). */
+	EGC_TRY(cudaEventQuery((cudaEvent_t)start));
+	EGC_TRY(cudaEventQuery((cudaEvent_t)end));
 	EGC_TRY(cudaEventElapsedTime(ms, (cudaEvent_t)start, (cudaEvent_t)end));
 	return 0;
 }

@@ -1,0 +1,2 @@
+"""ember.Store: the key-value store over _ember.Db."""
+class Store: pass

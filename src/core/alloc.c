@@ -13,25 +13,99 @@
 #define ALLOC_FAULT() EM_FAULT(EM_FAULT_ALLOC)
 
 #ifdef EMBER_USE_JEMALLOC
-#include <jemalloc/jemalloc.h>
+/*
+ * jemalloc, found at run time. libember.so does not link libjemalloc: Debian's
+ * libjemalloc.so.2 keeps its thread state in initial-exec TLS, which a library
+ * loaded by dlopen (a Python extension, ctypes) cannot get ("cannot allocate memory
+ * in static TLS block"). The programs link jemalloc instead (meson.build), and the
+ * library uses jemalloc's mallocx/dallocx when the process has them, libc's malloc
+ * otherwise. The choice is made once per process, at the first allocation, and
+ * never changes, so memory from one allocator is never freed by the other.
+ */
+#include <dlfcn.h>
+#include <jemalloc/jemalloc.h> /* MALLOCX_ZERO, MALLOCX_ALIGN: flags only, no calls */
+#include <pthread.h>
+#include <stdatomic.h>
 
-void *em_alloc(size_t size) { return ALLOC_FAULT() ? NULL : mallocx(size ? size : 1, 0); }
+struct alloc_api {
+	void *(*mallocx)(size_t size, int flags); /* NULL: libc */
+	void (*dallocx)(void *ptr, int flags);
+};
+
+static const struct alloc_api libc_api = {NULL, NULL};
+static struct alloc_api jemalloc_api;
+/* release (alloc_choose) / acquire (alloc_get): whoever sees the pointer sees the
+ * function pointers stored in jemalloc_api before it was published */
+static const struct alloc_api *_Atomic alloc_chosen;
+static pthread_once_t alloc_once = PTHREAD_ONCE_INIT;
+
+static void alloc_choose(void)
+{
+	const struct alloc_api *api = &libc_api;
+	void *m = dlsym(RTLD_DEFAULT, "mallocx");
+	void *d = dlsym(RTLD_DEFAULT, "dallocx");
+	if (m && d) {
+		*(void **)&jemalloc_api.mallocx = m;
+		*(void **)&jemalloc_api.dallocx = d;
+		api = &jemalloc_api;
+	}
+	/* release: pairs with alloc_get's acquire (jemalloc_api's fields above) */
+	atomic_store_explicit(&alloc_chosen, api, memory_order_release);
+}
+
+static const struct alloc_api *alloc_get(void)
+{
+	/* acquire: pairs with alloc_choose's release; NULL until the one choice is made */
+	const struct alloc_api *api = atomic_load_explicit(&alloc_chosen, memory_order_acquire);
+	if (__builtin_expect(api != NULL, 1))
+		return api;
+	(void)pthread_once(&alloc_once, alloc_choose);
+	/* acquire: pthread_once already ordered it; the load just reads the choice */
+	return atomic_load_explicit(&alloc_chosen, memory_order_acquire);
+}
+
+int em_alloc_uses_jemalloc(void) { return alloc_get()->mallocx != NULL; }
+
+void *em_alloc(size_t size)
+{
+	const struct alloc_api *a = alloc_get();
+	if (ALLOC_FAULT())
+		return NULL;
+	return a->mallocx ? a->mallocx(size ? size : 1, 0) : malloc(size ? size : 1);
+}
 
 void *em_zalloc(size_t size)
 {
-	return ALLOC_FAULT() ? NULL : mallocx(size ? size : 1, MALLOCX_ZERO);
+	const struct alloc_api *a = alloc_get();
+	if (ALLOC_FAULT())
+		return NULL;
+	return a->mallocx ? a->mallocx(size ? size : 1, MALLOCX_ZERO) : calloc(1, size ? size : 1);
 }
 
 void *em_alloc_aligned(size_t align, size_t size)
 {
-	return ALLOC_FAULT() ? NULL : mallocx(size ? size : 1, MALLOCX_ALIGN(align));
+	const struct alloc_api *a = alloc_get();
+	void *p = NULL;
+	if (ALLOC_FAULT())
+		return NULL;
+	if (a->mallocx)
+		return a->mallocx(size ? size : 1, MALLOCX_ALIGN(align));
+	if (posix_memalign(&p, align, size ? size : 1) != 0)
+		return NULL;
+	return p;
 }
 
 void em_free(void *ptr, size_t size)
 {
+	const struct alloc_api *a;
 	(void)size; /* sdallocx would need the alignment flags too; keep it simple */
-	if (ptr)
-		dallocx(ptr, 0);
+	if (!ptr)
+		return;
+	a = alloc_get();
+	if (a->mallocx)
+		a->dallocx(ptr, 0);
+	else
+		free(ptr);
 }
 
 #else
@@ -55,6 +129,8 @@ void em_free(void *ptr, size_t size)
 	(void)size;
 	free(ptr);
 }
+
+int em_alloc_uses_jemalloc(void) { return 0; }
 
 #endif
 

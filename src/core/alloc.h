@@ -2,9 +2,10 @@
  * alloc.h - the library's allocation calls.
  *
  * Every allocation Ember makes for itself goes through these calls, so the
- * allocator is chosen in one place: jemalloc's non-standard API (mallocx/sdallocx,
- * which never interposes on the application's malloc) when built with
- * -Dallocator=jemalloc, libc otherwise (sanitizer builds, where ASan must see every
+ * allocator is chosen in one place: jemalloc's non-standard API (mallocx/dallocx)
+ * when built with -Dallocator=jemalloc and the process has jemalloc loaded (the
+ * library does not link it, so that dlopen can load it: alloc.c), libc otherwise
+ * (and always with -Dallocator=libc: sanitizer builds, where ASan must see every
  * allocation). Large, long-lived regions (the log buffer, the hash table) are
  * mapped with mmap by their owners instead.
  *
@@ -21,6 +22,9 @@ void *em_zalloc(size_t size);
 /* align is a power of two >= sizeof(void *). */
 void *em_alloc_aligned(size_t align, size_t size);
 void em_free(void *ptr, size_t size);
+/* 1 when this process's em_* calls go to jemalloc, 0 when to libc (fixed at the
+ * first call). */
+int em_alloc_uses_jemalloc(void);
 
 /* A buffer for O_DIRECT reads: 4 KiB aligned; from EM_HUGE_BYTES up, 2 MiB aligned
  * and advised to transparent huge pages (MADV_HUGEPAGE), because a direct read into

@@ -90,139 +90,30 @@
 #include <string.h>
 #include <time.h>
 
+#include "cache/cache_int.h"
 #include "cache/oracle.h"
-#include "core/rng.h"
 #include "cache/slot_store.h"
 #include "core/alloc.h"
 
-#define KEY_LEN 8
-
-struct cbatch {
-	uint32_t nparts, parts_cap;
-	ember_cache_part *parts;
-	const uint32_t **pslots; /* [nparts] into lslots */
-	size_t nids, ids_cap;
-	uint64_t *ids;    /* the lookups, copied */
-	uint32_t *lslots; /* [nids] lookup -> uniq index (push), then -> slot (plan_one) */
-	uint32_t uniq_cap;
-	struct urow *uniq;
-	struct onext *next;
-	uint32_t *uslot;
-	struct omiss *miss;
-	struct obatch ob;
-	uint32_t mdone; /* admissions done (prefetcher) */
-	struct slot_batch_dev dev; /* GPU slots: device slot array and `ready` (G1, G3) */
-};
-
-struct ember_cache {
-	ember_db *db;
-	ember_session *sess; /* the prefetcher's; the closing thread's after the join */
-	uint32_t ntables;
-	ember_cache_table *tables;
-	uint64_t capacity;
-	uint32_t window, pf_batches, depth;
-	uint32_t init;
-	float init_scale;
-	uint64_t init_seed;
-	size_t max_row_bytes;
-	struct slot_store ss;
-	struct oracle *oracle;
-	struct cbatch *ring;
-	uint8_t *dirty;      /* [capacity] C5 */
-	struct urow *owner;  /* [capacity] physical owner (prefetcher) */
-
-	/* prefetcher I/O buffers, `depth` entries each */
-	uint8_t *kbuf;
-	const void **kptr;
-	size_t *klen, *vcap, *vlen;
-	void **vptr;
-	int *st;
-	uint8_t *stage;
-	struct slot_move *mv;
-
-	pthread_mutex_t mu;
-	pthread_mutex_t omu; /* the oracle: push links, the prefetcher plans (C7) */
-	pthread_cond_t pf_cv; /* wakes the prefetcher: push, release, flush, stop */
-	pthread_cond_t tr_cv; /* wakes the trainer: resident, flush done, failure */
-	pthread_t thread;
-	int thread_started;
-	/* shared under mu */
-	uint32_t pushed, resident, released;
-	int stop, flush_req, flush_rc, failed;
-	uint64_t flush_gen;
-	/* trainer only */
-	uint32_t acquired;
-	int holding;
-	uint32_t last_nuniq; /* distinct rows of the last batch pushed (sizes the next) */
-	/* prefetcher only */
-	uint32_t planned;
-
-	/* statistics: relaxed atomics, each counter on its own (snapshots may lag) */
-	_Atomic uint64_t st_pushed, st_planned, st_released, st_lookups, st_unique, st_hits,
-		st_fetched, st_absent, st_evicted, st_wb, st_bytes_fetched, st_bytes_wb,
-		st_wait_ns, st_idle_ns, st_busy_ns, st_plan_ns, st_resident, st_rounds;
-};
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-/* statistics are independent counters: relaxed ordering is enough */
-static inline void stat_add(_Atomic uint64_t *c, uint64_t v)
-{
-	atomic_fetch_add_explicit(c, v, memory_order_relaxed);
-}
-
-static inline void key_encode(uint8_t *k, uint32_t table, uint64_t row)
-{
-	uint64_t v = (uint64_t)table << 48 | row;
-	for (int i = 0; i < KEY_LEN; i++)
-		k[i] = (uint8_t)(v >> (8 * i));
-}
-
-/* The value of a row the store does not hold, in the store's format. */
-static void init_row(const struct ember_cache *c, uint32_t table, uint64_t row, void *buf)
-{
-	const ember_cache_table *t = &c->tables[table];
-	if (c->init == EMBER_CACHE_INIT_ZERO) {
-		memset(buf, 0, slot_row_bytes(t->dim, t->storage));
-		return;
-	}
-	uint64_t base = em_mix64(c->init_seed + 0x9e3779b97f4a7c15ull) ^
-			em_mix64(((uint64_t)table << 48 | row) + 0x632be59bd9b4e019ull);
-	for (uint32_t j = 0; j < t->dim; j++) {
-		uint64_t h = em_mix64(base + (uint64_t)j * 0x9e3779b97f4a7c15ull);
-		float u = (float)(h >> 40) * (1.0f / 16777216.0f); /* [0, 1) */
-		float v = (2.0f * u - 1.0f) * c->init_scale;
-		if (t->storage == EMBER_CACHE_STORE_FP16)
-			((uint16_t *)buf)[j] = slot_f32_to_f16(v);
-		else
-			memcpy((uint8_t *)buf + 4 * (size_t)j, &v, 4);
-	}
-}
-
 /* ---- write-back and fetch (the prefetcher, or the closing thread) ------------------ */
 
-/* Write n rows (slots sl[], owners ow[]) to the store; clears their dirty flags
- * once all are written. */
-static int write_rows(struct ember_cache *c, size_t n, const uint32_t *sl, const struct urow *ow)
+/* Write n rows (slots sl[], owners ow[]; n <= depth) and their optimizer state
+ * to the store; clears their dirty flags once all are written. */
+int cache_writeback(struct ember_cache *c, size_t n, const uint32_t *sl, const struct urow *ow)
 {
 	if (n == 0)
 		return 0;
 	uint64_t bytes = 0;
 	for (size_t i = 0; i < n; i++) {
-		const ember_cache_table *t = &c->tables[ow[i].table];
+		const struct ctable *t = &c->tables[ow[i].table];
 		key_encode(c->kbuf + i * KEY_LEN, ow[i].table, ow[i].row);
 		c->kptr[i] = c->kbuf + i * KEY_LEN;
 		c->klen[i] = KEY_LEN;
 		c->vptr[i] = c->stage + i * c->max_row_bytes;
-		c->vlen[i] = slot_row_bytes(t->dim, t->storage);
+		c->vlen[i] = t->vbytes;
 		bytes += c->vlen[i];
 		c->mv[i] = (struct slot_move){.slot = sl[i], .dim = t->dim, .storage = t->storage,
-					      .buf = c->vptr[i]};
+					      .state = t->state, .buf = c->vptr[i]};
 	}
 	int rc = slot_store_read(&c->ss, n, c->mv);
 	if (rc < 0)
@@ -255,13 +146,13 @@ static int writeback_all(struct ember_cache *c)
 		sl[n] = (uint32_t)s;
 		ow[n] = c->owner[s];
 		if (++n == chunk) {
-			int rc = write_rows(c, n, sl, ow);
+			int rc = cache_writeback(c, n, sl, ow);
 			if (rc < 0)
 				return rc;
 			n = 0;
 		}
 	}
-	return write_rows(c, n, sl, ow);
+	return cache_writeback(c, n, sl, ow);
 }
 
 /*
@@ -300,13 +191,13 @@ static int fetch_round(struct ember_cache *c, struct cbatch *b, uint32_t release
 		wsl[nw] = s;
 		wow[nw] = c->owner[s]; /* == (vtable, vrow): it was fetched for vlast or before */
 		if (++nw == wchunk) {
-			int rc = write_rows(c, nw, wsl, wow);
+			int rc = cache_writeback(c, nw, wsl, wow);
 			if (rc < 0)
 				return rc;
 			nw = 0;
 		}
 	}
-	int rc = write_rows(c, nw, wsl, wow);
+	int rc = cache_writeback(c, nw, wsl, wow);
 	if (rc < 0)
 		return rc;
 	stat_add(&c->st_evicted, nev);
@@ -319,20 +210,19 @@ static int fetch_round(struct ember_cache *c, struct cbatch *b, uint32_t release
 		return rc;
 	for (uint32_t j = 0; j < n; j++) {
 		const struct urow *u = &ob->uniq[ms[j].uidx];
-		const ember_cache_table *t = &c->tables[u->table];
 		key_encode(c->kbuf + (size_t)j * KEY_LEN, u->table, u->row);
 		c->kptr[j] = c->kbuf + (size_t)j * KEY_LEN;
 		c->klen[j] = KEY_LEN;
-		c->vcap[j] = slot_row_bytes(t->dim, t->storage);
+		c->vcap[j] = c->tables[u->table].vbytes;
 	}
 	rc = ember_get_batch(c->sess, n, c->kptr, c->klen, c->vptr, c->vcap, c->vlen, c->st);
 	if (rc < 0)
 		goto undo_stage;
 	for (uint32_t j = 0; j < n; j++) {
 		const struct urow *u = &ob->uniq[ms[j].uidx];
-		const ember_cache_table *t = &c->tables[u->table];
+		const struct ctable *t = &c->tables[u->table];
 		if (c->st[j] == EMBER_ENOTFOUND) {
-			init_row(c, u->table, u->row, c->vptr[j]);
+			cache_init_row(c, u->table, u->row, c->vptr[j]);
 			absent++;
 		} else if (c->st[j] < 0) {
 			/* a longer value than the row's under its key: damage, as a shorter */
@@ -345,7 +235,8 @@ static int fetch_round(struct ember_cache *c, struct cbatch *b, uint32_t release
 			bytes += c->vlen[j];
 		}
 		c->mv[j] = (struct slot_move){.slot = ms[j].slot, .dim = t->dim,
-					      .storage = t->storage, .buf = c->vptr[j]};
+					      .storage = t->storage, .state = t->state,
+					      .buf = c->vptr[j]};
 		if (c->owner[ms[j].slot].table == ORACLE_NONE)
 			first++;
 		c->owner[ms[j].slot] = *u;
@@ -404,17 +295,23 @@ static void *prefetcher_main(void *arg)
 	for (;;) {
 		if (c->stop)
 			break;
-		if (c->flush_req) {
+		if (c->req) {
+			/* C8: between rounds; the trainer waits, so no batch is acquired */
+			struct cache_req *r = c->req;
 			pthread_mutex_unlock(&c->mu);
 			uint64_t t0 = now_ns();
-			int rc = writeback_all(c);
+			if (r->kind == REQ_FLUSH) {
+				r->rc = writeback_all(c);
+				r->fatal = r->rc < 0;
+			} else {
+				cache_rows_serve(c, r);
+			}
 			stat_add(&c->st_busy_ns, now_ns() - t0);
 			pthread_mutex_lock(&c->mu);
-			c->flush_req = 0;
-			c->flush_rc = rc;
-			c->flush_gen++;
-			if (rc < 0 && !c->failed)
-				c->failed = rc;
+			c->req = NULL;
+			c->req_gen++;
+			if (r->fatal && !c->failed)
+				c->failed = r->rc;
 			pthread_cond_broadcast(&c->tr_cv);
 			continue;
 		}
@@ -460,7 +357,7 @@ static void *prefetcher_main(void *arg)
 	idle:
 		/* nothing to do until a push, a release, a flush or stop (re-check what
 		 * changed while the lock was dropped) */
-		if (c->pushed != pushed || c->released != released || c->stop || c->flush_req)
+		if (c->pushed != pushed || c->released != released || c->stop || c->req)
 			continue; /* their signals came while the lock was dropped */
 		uint64_t t0 = now_ns();
 		pthread_cond_wait(&c->pf_cv, &c->mu);
@@ -511,7 +408,11 @@ static int cache_free(struct ember_cache *c)
 	em_free(c->vptr, 0);
 	em_free(c->st, 0);
 	em_free(c->stage, 0);
+	em_free(c->rwbuf, 0);
 	em_free(c->mv, 0);
+	em_free(c->ap_map, 0);
+	em_free(c->ap_slot, 0);
+	em_free(c->ap_acc, 0);
 	em_free(c->tables, 0);
 	em_free(c, sizeof(*c));
 	return rc;
@@ -526,7 +427,16 @@ static int check_options(const ember_cache_options *o, uint64_t *total_rows, uin
 	for (uint32_t t = 0; t < o->ntables; t++) {
 		const ember_cache_table *tb = &o->tables[t];
 		if (tb->rows == 0 || tb->rows > EMBER_CACHE_MAX_ROWS || tb->dim == 0 ||
-		    tb->dim > EMBER_CACHE_MAX_DIM || tb->storage > EMBER_CACHE_STORE_FP16)
+		    tb->dim > EMBER_CACHE_MAX_DIM || tb->storage > EMBER_CACHE_STORE_FP16 ||
+		    tb->optimizer > EMBER_CACHE_OPT_ROWWISE_ADAGRAD ||
+		    tb->init > EMBER_CACHE_TABLE_INIT_UNIFORM || !isfinite(tb->init_scale) ||
+		    tb->init_scale < 0 || tb->reserved_ != 0)
+			return EMBER_EINVAL;
+		/* GPU slots: one arena layout for all tables, and the arena's state is
+		 * Adagrad's (dim floats) or none: row-wise Adagrad is not supported there */
+		if (o->slots == EMBER_CACHE_SLOTS_GPU &&
+		    (tb->optimizer == EMBER_CACHE_OPT_ROWWISE_ADAGRAD ||
+		     tb->optimizer != o->tables[0].optimizer))
 			return EMBER_EINVAL;
 		*total_rows += tb->rows;
 		if (tb->dim > *max_dim)
@@ -584,14 +494,14 @@ int ember_cache_open(ember_db *db, const ember_cache_options *opts, ember_cache 
 		rc = EMBER_EINVAL;
 		goto undo_cache;
 	}
-	c->init = opts->init;
-	c->init_scale = opts->init_scale != 0 ? opts->init_scale : 0.01f;
-	c->init_seed = opts->init_seed;
-	c->tables = em_alloc(c->ntables * sizeof(*c->tables));
-	if (!c->tables)
+	if (cache_tables_init(c, opts) < 0)
 		goto undo_cache;
-	memcpy(c->tables, opts->tables, c->ntables * sizeof(*c->tables));
-	c->max_row_bytes = (size_t)max_dim * 4;
+	uint32_t max_floats = 0;
+	for (uint32_t t = 0; t < c->ntables; t++)
+		if (c->tables[t].dim + c->tables[t].state > max_floats)
+			max_floats = c->tables[t].dim + c->tables[t].state;
+	int gpu_state = opts->slots == EMBER_CACHE_SLOTS_GPU &&
+				c->tables[0].state ? EMBER_GPU_STATE_ADAGRAD : EMBER_GPU_STATE_NONE;
 
 	uint64_t *rows = em_alloc(c->ntables * sizeof(uint64_t));
 	if (!rows)
@@ -604,9 +514,11 @@ int ember_cache_open(ember_db *db, const ember_cache_options *opts, ember_cache 
 		goto undo_cache;
 	struct slot_gpu_config gcfg = {.gpu = opts->gpu, .backend = opts->gpu_backend,
 				       .device = opts->gpu_device};
-	rc = slot_store_open(&c->ss, opts->slots, (uint32_t)c->capacity, max_dim, c->depth, &gcfg);
+	rc = slot_store_open(&c->ss, opts->slots, (uint32_t)c->capacity, max_dim, max_floats,
+			     gpu_state, c->depth, &gcfg);
 	if (rc < 0)
 		goto undo_cache;
+	c->max_row_bytes = (size_t)c->ss.buf_floats * sizeof(float);
 	rc = EMBER_ENOMEM;
 	c->ring = em_zalloc(c->window * sizeof(*c->ring));
 	c->dirty = em_zalloc(c->capacity);
@@ -620,9 +532,10 @@ int ember_cache_open(ember_db *db, const ember_cache_options *opts, ember_cache 
 	c->vptr = em_alloc(d * sizeof(void *));
 	c->st = em_alloc(d * sizeof(int));
 	c->stage = em_alloc(d * c->max_row_bytes);
+	c->rwbuf = em_alloc(d * c->max_row_bytes);
 	c->mv = em_alloc(d * sizeof(*c->mv));
 	if (!c->ring || !c->dirty || !c->owner || !c->kbuf || !c->kptr || !c->klen ||
-	    !c->vcap || !c->vlen || !c->vptr || !c->st || !c->stage || !c->mv)
+	    !c->vcap || !c->vlen || !c->vptr || !c->st || !c->stage || !c->rwbuf || !c->mv)
 		goto undo_cache;
 	for (uint64_t s = 0; s < c->capacity; s++)
 		c->owner[s] = (struct urow){.table = ORACLE_NONE};
@@ -868,6 +781,7 @@ static int acquire(ember_cache *c, ember_cache_view *v, int wait)
 	v->slots = b->pslots;
 	v->slot_memory = slot_store_base(&c->ss);
 	v->slot_stride = c->ss.stride;
+	v->nslots = c->capacity;
 	v->flags = 0;
 	v->reserved_ = 0;
 	v->done = NULL;
@@ -885,6 +799,7 @@ static int acquire(ember_cache *c, ember_cache_view *v, int wait)
 		v->ready = NULL;
 	}
 	v->internal_ = b;
+	b->applied = 0;
 	c->acquired++;
 	c->holding = 1;
 out:
@@ -906,14 +821,14 @@ int ember_cache_release(ember_cache *c, ember_cache_view *v)
 {
 	if (!c || !v)
 		return EMBER_EINVAL;
-	if (!c->holding || v->batch != (uint64_t)c->acquired - 1 ||
-	    v->internal_ != &c->ring[(c->acquired - 1) % c->window])
+	struct cbatch *b = cache_acquired_batch(c, v);
+	if (!b)
 		return EMBER_ESTATE;
-	struct cbatch *b = v->internal_;
 	int rc = slot_store_order(&c->ss, v->done); /* G2: before `released` moves */
 	if (rc < 0)
 		return rc;
-	if (!(v->flags & EMBER_CACHE_VIEW_READONLY))
+	/* rows ember_cache_apply updated are dirty even in a view marked READONLY */
+	if (!(v->flags & EMBER_CACHE_VIEW_READONLY) || b->applied)
 		for (uint32_t k = 0; k < b->ob.nuniq; k++)
 			c->dirty[b->uslot[k]] = 1; /* C5 */
 	c->holding = 0;
@@ -932,15 +847,24 @@ int ember_cache_flush(ember_cache *c)
 		return EMBER_EINVAL;
 	if (c->holding)
 		return EMBER_ESTATE;
+	struct cache_req r = {.kind = REQ_FLUSH};
+	return cache_request(c, &r);
+}
+
+/* C8: the trainer's side of a request (flush, read_rows, write_rows). */
+int cache_request(struct ember_cache *c, struct cache_req *r)
+{
 	pthread_mutex_lock(&c->mu);
 	int rc = c->failed ? EMBER_ESTATE : 0;
 	if (rc == 0) {
-		uint64_t gen = c->flush_gen;
-		c->flush_req = 1;
+		/* one trainer: c->req is NULL here (the previous request was served
+		 * before its caller returned) */
+		uint64_t gen = c->req_gen;
+		c->req = r;
 		pthread_cond_signal(&c->pf_cv);
-		while (c->flush_gen == gen)
+		while (c->req_gen == gen)
 			pthread_cond_wait(&c->tr_cv, &c->mu);
-		rc = c->flush_rc;
+		rc = r->rc;
 	}
 	pthread_mutex_unlock(&c->mu);
 	return rc;

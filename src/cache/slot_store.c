@@ -4,7 +4,8 @@
  * See slot_store.h.
  *
  * Host slot memory is one anonymous mapping (zero pages until touched), each slot
- * `stride` floats, stride rounded up to 16 bytes so rows stay 16-byte aligned.
+ * `stride` floats: the widest table's row and optimizer state, rounded up to 16
+ * bytes so rows stay 16-byte aligned. A row's state follows it at + dim.
  */
 #include "cache/slot_store.h"
 
@@ -20,10 +21,11 @@ size_t slot_row_bytes(uint32_t dim, uint32_t storage)
 }
 
 int slot_store_open(struct slot_store *ss, uint32_t where, uint32_t nslots, uint32_t max_dim,
-		    uint32_t depth, const struct slot_gpu_config *gpu)
+		    uint32_t max_floats, int gpu_state, uint32_t depth,
+		    const struct slot_gpu_config *gpu)
 {
 	memset(ss, 0, sizeof(*ss));
-	if (nslots == 0 || max_dim == 0 || depth == 0 ||
+	if (nslots == 0 || max_dim == 0 || depth == 0 || max_floats < max_dim ||
 	    (where == EMBER_CACHE_SLOTS_GPU && !gpu) ||
 	    (where != EMBER_CACHE_SLOTS_HOST && where != EMBER_CACHE_SLOTS_GPU))
 		return EMBER_EINVAL;
@@ -32,12 +34,13 @@ int slot_store_open(struct slot_store *ss, uint32_t where, uint32_t nslots, uint
 	ss->max_dim = max_dim;
 	ss->depth = depth;
 	if (where == EMBER_CACHE_SLOTS_GPU) {
-		int rc = slot_gpu_open(ss, gpu);
+		int rc = slot_gpu_open(ss, gpu, gpu_state);
 		if (rc < 0)
 			memset(ss, 0, sizeof(*ss));
 		return rc;
 	}
-	ss->stride = ((size_t)max_dim + 3) & ~(size_t)3;
+	ss->buf_floats = max_floats;
+	ss->stride = ((size_t)max_floats + 3) & ~(size_t)3;
 	ss->bytes = (size_t)nslots * ss->stride * sizeof(float);
 	void *p = mmap(NULL, ss->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED) {
@@ -152,7 +155,7 @@ int slot_store_stage(struct slot_store *ss, size_t n, uint8_t *host_stage, void 
 	if (ss->where == EMBER_CACHE_SLOTS_GPU)
 		return slot_gpu_stage(ss, n, bufs);
 	for (size_t j = 0; j < n; j++)
-		bufs[j] = host_stage + j * (size_t)ss->max_dim * sizeof(float);
+		bufs[j] = host_stage + j * (size_t)ss->buf_floats * sizeof(float);
 	return 0;
 }
 
@@ -166,9 +169,12 @@ int slot_store_write(struct slot_store *ss, size_t n, const struct slot_move *m)
 {
 	if (ss->where == EMBER_CACHE_SLOTS_GPU)
 		return slot_gpu_write(ss, n, m);
-	for (size_t i = 0; i < n; i++)
-		slot_row_to_f32(ss->mem + (size_t)m[i].slot * ss->stride, m[i].buf, m[i].dim,
-				m[i].storage);
+	for (size_t i = 0; i < n; i++) {
+		float *s = ss->mem + (size_t)m[i].slot * ss->stride;
+		slot_row_to_f32(s, m[i].buf, m[i].dim, m[i].storage);
+		memcpy(s + m[i].dim, (const uint8_t *)m[i].buf + slot_row_bytes(m[i].dim, m[i].storage),
+		       (size_t)m[i].state * sizeof(float));
+	}
 	return 0;
 }
 
@@ -176,8 +182,11 @@ int slot_store_read(struct slot_store *ss, size_t n, const struct slot_move *m)
 {
 	if (ss->where == EMBER_CACHE_SLOTS_GPU)
 		return slot_gpu_read(ss, n, m);
-	for (size_t i = 0; i < n; i++)
-		slot_row_from_f32(m[i].buf, ss->mem + (size_t)m[i].slot * ss->stride, m[i].dim,
-				  m[i].storage);
+	for (size_t i = 0; i < n; i++) {
+		const float *s = ss->mem + (size_t)m[i].slot * ss->stride;
+		slot_row_from_f32(m[i].buf, s, m[i].dim, m[i].storage);
+		memcpy((uint8_t *)m[i].buf + slot_row_bytes(m[i].dim, m[i].storage), s + m[i].dim,
+		       (size_t)m[i].state * sizeof(float));
+	}
 	return 0;
 }

@@ -4,8 +4,10 @@
  *
  * The cache never touches slot memory except through these calls (and the
  * trainer, through the pointer a view hands out). Rows cross this interface in
- * the store's format (fp32 or fp16, little-endian, `dim` elements); slots always
- * hold fp32. Two kinds of slots:
+ * the store's format (fp32 or fp16, little-endian, `dim` elements, then the
+ * row's `state` fp32 optimizer values); slots always hold fp32, the state after
+ * the row (host slots: at + dim; GPU slots: at + max_dim, the arena's layout).
+ * Two kinds of slots:
  *   HOST  one anonymous mapping (slot_store.c): writes and reads are memcpy /
  *         conversions on the calling thread, complete when the call returns.
  *   GPU   an ember_gpu arena (slot_store_gpu.c, docs/cache.md "GPU slots"): rows
@@ -40,6 +42,10 @@ struct slot_store {
 	float *mem;           /* host: the mapping; GPU: the arena's base */
 	uint32_t max_dim;     /* floats per slot's row (the widest table) */
 	uint32_t depth;       /* rows per stage/write/read call at most */
+	uint32_t buf_floats;  /* room of one staged row, in floats: host, the widest
+				 dim + state; GPU, max_dim + state_floats */
+	uint32_t state_floats;/* GPU: the arena's state floats after max_dim (0 or
+				 max_dim); host: 0 (the state follows each row) */
 
 	/* GPU slots only */
 	ember_gpu *g;
@@ -73,24 +79,34 @@ struct slot_batch_dev {
 	ember_gpu_event *ready;
 };
 
-/* One row moving: slot <-> buf (store format: storage EMBER_CACHE_STORE_*). */
+/* One row moving: slot <-> buf (store format: storage EMBER_CACHE_STORE_*, then
+ * `state` fp32 values of optimizer state). */
 struct slot_move {
 	uint32_t slot;
 	uint32_t dim;
 	uint32_t storage;
-	uint32_t pad_;
+	uint32_t state; /* floats of optimizer state after the row (0: none) */
 	void *buf;
 };
 
 /* Bytes of one row of dim elements in the store's format. */
 size_t slot_row_bytes(uint32_t dim, uint32_t storage);
 
+/* Bytes of one row of dim elements and `state` floats of state in the store. */
+static inline size_t slot_value_bytes(uint32_t dim, uint32_t storage, uint32_t state)
+{
+	return slot_row_bytes(dim, storage) + (size_t)state * sizeof(float);
+}
+
 /* where: EMBER_CACHE_SLOTS_HOST or _GPU (gpu must then be given; ignored for
- * host). max_dim: the widest row. depth: rows per call at most (>= 1).
+ * host). max_dim: the widest row. max_floats: the most floats of a row and its
+ * state (host slots' width; >= max_dim). gpu_state: EMBER_GPU_STATE_* of the
+ * arena (GPU slots; 0 for host). depth: rows per call at most (>= 1).
  * Returns 0, EMBER_EINVAL, EMBER_ENOMEM, or an ember_gpu error. On failure *ss is
  * zeroed (slot_store_close on it is a no-op). */
 int slot_store_open(struct slot_store *ss, uint32_t where, uint32_t nslots, uint32_t max_dim,
-		    uint32_t depth, const struct slot_gpu_config *gpu);
+		    uint32_t max_floats, int gpu_state, uint32_t depth,
+		    const struct slot_gpu_config *gpu);
 /* Waits for the device work on the slots, frees everything. Accepts a zeroed ss.
  * Returns 0 or the first ember_gpu error (everything is freed either way). */
 int slot_store_close(struct slot_store *ss);
@@ -104,7 +120,7 @@ static inline float *slot_store_base(const struct slot_store *ss)
 
 /*
  * Buffers for the next n (1..depth) rows read from the store: bufs[j], each room
- * for max_dim fp32 values. host_stage (n * max_dim * 4 bytes, the cache's) serves
+ * for buf_floats fp32 values. host_stage (n * buf_floats * 4 bytes, the cache's) serves
  * host slots; GPU slots hand out rows of a pinned staging buffer (the store reads
  * land there directly), held until slot_store_write or slot_store_unstage.
  */
@@ -141,7 +157,7 @@ void slot_row_to_f32(float *dst, const void *src, uint32_t dim, uint32_t storage
 void slot_row_from_f32(void *dst, const float *src, uint32_t dim, uint32_t storage);
 
 /* slot_store_gpu.c: the GPU kind (called by slot_store.c's dispatch). */
-int slot_gpu_open(struct slot_store *ss, const struct slot_gpu_config *gpu);
+int slot_gpu_open(struct slot_store *ss, const struct slot_gpu_config *gpu, int state);
 int slot_gpu_close(struct slot_store *ss);
 int slot_gpu_stage(struct slot_store *ss, size_t n, void **bufs);
 void slot_gpu_unstage(struct slot_store *ss);

@@ -7,10 +7,14 @@
  * alike. slot_store.h is the interface, docs/cache.md ("GPU slots") the design.
  *
  * Objects (all created at open, freed at close):
- *   arena        nslots slots of max_dim floats (no optimizer state); cache slot s
- *                is arena slot s.
- *   ring         4 pinned staging buffers of rows_off + depth * max_dim * 4 bytes:
- *                [0, rows_off) slot indices, [rows_off, ...) packed rows.
+ *   arena        nslots slots of max_dim floats, then (EMBER_GPU_STATE_ADAGRAD,
+ *                every table Adagrad) max_dim floats of state; cache slot s is
+ *                arena slot s. A narrower table's row and state are each padded
+ *                with zeros to max_dim.
+ *   ring         4 pinned staging buffers of rows_off + depth * buf_floats * 4
+ *                bytes (buf_floats = max_dim + the arena's state floats):
+ *                [0, rows_off) slot indices, [rows_off, ...) packed rows (with
+ *                their state, EMBER_GPU_WITH_STATE, when the arena has one).
  *   h2d, d2h     the context's copy streams 0.
  *   installed    event recorded on h2d after every install round.
  *   downloaded   event recorded on d2h after every eviction download.
@@ -18,8 +22,9 @@
  *
  * A fetch round (the prefetcher):
  *   stage    acquire a staging buffer; the store's reads land in its rows.
- *   write    convert in place to fp32 (fp16 tables; a narrower table's row is
- *            padded with zeros to max_dim), slot indices into its head, then on
+ *   write    move the state (after the row's store bytes) to + max_dim, convert
+ *            the row in place to fp32 (fp16 tables), pad row and state with
+ *            zeros to max_dim, slot indices into its head, then on
  *            h2d: copy the indices to dev_idx_in, install (the kernel reads the
  *            rows straight from the pinned buffer), record `installed`, and
  *            release the buffer against h2d (the ring reuses it only after h2d
@@ -56,9 +61,11 @@
 
 #define RING_BUFFERS 4u
 
-int slot_gpu_open(struct slot_store *ss, const struct slot_gpu_config *cfg)
+int slot_gpu_open(struct slot_store *ss, const struct slot_gpu_config *cfg, int state)
 {
 	int rc;
+	if (state != EMBER_GPU_STATE_NONE && state != EMBER_GPU_STATE_ADAGRAD)
+		return EMBER_EINVAL;
 	if (cfg->gpu) {
 		ss->g = cfg->gpu;
 	} else {
@@ -74,7 +81,7 @@ int slot_gpu_open(struct slot_store *ss, const struct slot_gpu_config *cfg)
 	    (rc = ember_gpu_stream_get(ss->g, EMBER_GPU_STREAM_D2H, 0, &ss->d2h)) < 0)
 		goto undo_context;
 	ember_gpu_arena_options ao = {.dim = ss->max_dim, .slots = ss->nslots,
-				      .state = EMBER_GPU_STATE_NONE};
+				      .state = state};
 	if ((rc = ember_gpu_arena_create(ss->g, &ao, &ss->arena)) < 0)
 		goto undo_context;
 	ember_gpu_arena_info ai;
@@ -82,7 +89,9 @@ int slot_gpu_open(struct slot_store *ss, const struct slot_gpu_config *cfg)
 		goto undo_arena;
 	ss->mem = ai.base;
 	ss->stride = ai.stride;
-	size_t row = (size_t)ss->max_dim * sizeof(float);
+	ss->state_floats = ai.state_floats;
+	ss->buf_floats = ss->max_dim + ss->state_floats;
+	size_t row = (size_t)ss->buf_floats * sizeof(float);
 	ss->rows_off = ((size_t)ss->depth * sizeof(uint32_t) + 63) & ~(size_t)63;
 	ember_gpu_staging_options so;
 	ember_gpu_staging_options_default(&so);
@@ -158,7 +167,7 @@ int slot_gpu_stage(struct slot_store *ss, size_t n, void **bufs)
 		return rc;
 	ss->stage_buf = p;
 	ss->staged = 1;
-	size_t row = (size_t)ss->max_dim * sizeof(float);
+	size_t row = (size_t)ss->buf_floats * sizeof(float);
 	for (size_t j = 0; j < n; j++)
 		bufs[j] = ss->stage_buf + ss->rows_off + j * row;
 	return 0;
@@ -183,18 +192,28 @@ int slot_gpu_write(struct slot_store *ss, size_t n, const struct slot_move *m)
 	uint32_t *idx = (uint32_t *)ss->stage_buf;
 	float *rows = (float *)(ss->stage_buf + ss->rows_off);
 	for (size_t j = 0; j < n; j++) {
-		float *r = rows + j * ss->max_dim;
-		if (m[j].buf != (void *)r || m[j].dim > ss->max_dim || m[j].slot >= ss->nslots) {
+		float *r = rows + j * ss->buf_floats;
+		if (m[j].buf != (void *)r || m[j].dim > ss->max_dim || m[j].slot >= ss->nslots ||
+		    m[j].state > ss->state_floats) {
 			slot_gpu_unstage(ss);
 			return EMBER_EINVAL; /* not the layout stage handed out */
+		}
+		if (ss->state_floats) {
+			/* the state first (it sits in the row's padding): + max_dim */
+			memmove(r + ss->max_dim, (uint8_t *)r + slot_row_bytes(m[j].dim, m[j].storage),
+				(size_t)m[j].state * sizeof(float));
+			memset(r + ss->max_dim + m[j].state, 0,
+			       (size_t)(ss->state_floats - m[j].state) * sizeof(float));
 		}
 		slot_row_to_f32(r, r, m[j].dim, m[j].storage);
 		memset(r + m[j].dim, 0, (size_t)(ss->max_dim - m[j].dim) * sizeof(float));
 		idx[j] = m[j].slot;
 	}
+	uint32_t flags = ss->state_floats ? EMBER_GPU_WITH_STATE : 0;
 	int rc = ember_gpu_copy_h2d(ss->h2d, ss->dev_idx_in, idx, n * sizeof(uint32_t));
 	if (rc == 0)
-		rc = ember_gpu_install(ss->h2d, ss->arena, ss->dev_idx_in, (uint32_t)n, rows, 0, 0.0f);
+		rc = ember_gpu_install(ss->h2d, ss->arena, ss->dev_idx_in, (uint32_t)n, rows, flags,
+				       0.0f);
 	if (rc == 0)
 		rc = ember_gpu_event_record(ss->installed, ss->h2d);
 	/* reusable once h2d got past the install (or whatever of it was enqueued) */
@@ -216,19 +235,21 @@ int slot_gpu_read(struct slot_store *ss, size_t n, const struct slot_move *m)
 		return rc;
 	uint32_t *idx = p;
 	for (size_t j = 0; j < n; j++) {
-		if (m[j].slot >= ss->nslots || m[j].dim > ss->max_dim) {
+		if (m[j].slot >= ss->nslots || m[j].dim > ss->max_dim ||
+		    m[j].state > ss->state_floats) {
 			ember_gpu_staging_release(ss->ring, bi, NULL);
 			return EMBER_EINVAL;
 		}
 		idx[j] = m[j].slot;
 	}
-	size_t bytes = n * (size_t)ss->max_dim * sizeof(float);
+	size_t bytes = n * (size_t)ss->buf_floats * sizeof(float);
+	uint32_t flags = ss->state_floats ? EMBER_GPU_WITH_STATE : 0;
 	rc = ember_gpu_stream_wait_event(ss->d2h, ss->installed); /* D2 */
 	if (rc == 0)
 		rc = ember_gpu_copy_h2d(ss->d2h, ss->dev_idx_out, idx, n * sizeof(uint32_t));
 	if (rc == 0)
 		rc = ember_gpu_gather(ss->d2h, ss->arena, ss->dev_idx_out, (uint32_t)n,
-				      ss->dev_rows_out, 0);
+				      ss->dev_rows_out, flags);
 	/* the download lands at the buffer's start, over the indices: the copy of the
 	 * indices ran before it (same stream, rule 1) */
 	if (rc == 0)
@@ -243,8 +264,12 @@ int slot_gpu_read(struct slot_store *ss, size_t n, const struct slot_move *m)
 		return rc;
 	}
 	const float *rows = p;
-	for (size_t j = 0; j < n; j++)
-		slot_row_from_f32(m[j].buf, rows + j * ss->max_dim, m[j].dim, m[j].storage);
+	for (size_t j = 0; j < n; j++) {
+		const float *r = rows + j * ss->buf_floats;
+		slot_row_from_f32(m[j].buf, r, m[j].dim, m[j].storage);
+		memcpy((uint8_t *)m[j].buf + slot_row_bytes(m[j].dim, m[j].storage), r + ss->max_dim,
+		       (size_t)m[j].state * sizeof(float));
+	}
 	return ember_gpu_staging_release(ss->ring, bi, NULL);
 }
 
@@ -289,7 +314,7 @@ int slot_store_publish(struct slot_store *ss, struct slot_batch_dev *d, const ui
 		d->dev_slots = p;
 		d->cap = cap;
 	}
-	size_t per = (ss->rows_off + (size_t)ss->depth * ss->max_dim * sizeof(float)) /
+	size_t per = (ss->rows_off + (size_t)ss->depth * ss->buf_floats * sizeof(float)) /
 		     sizeof(uint32_t);
 	for (size_t off = 0; off < n; off += per) {
 		size_t k = n - off < per ? n - off : per;

@@ -30,15 +30,12 @@
 #include <numpy/arrayobject.h>
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
 #include <ember_cache.h>
-
-/* The store's handle of an _ember.Db (store.c): a borrowed pointer, or NULL with an
- * exception set (not a Db, or closed). */
-ember_db *emb_store_db(PyObject *db);
 
 typedef struct {
 	PyObject_HEAD
@@ -59,6 +56,7 @@ typedef struct {
 	uint64_t nslots;
 	PyObject *held;      /* the CacheBatch acquired now (borrowed) or NULL */
 	uint64_t wait_ns;    /* time acquire(wait=True) spent polling */
+	PyObject *weakrefs;  /* a store may keep its caches in a WeakSet */
 } cache_object;
 
 typedef struct {
@@ -348,6 +346,8 @@ static void cache_dealloc(PyObject *op)
 	cache_object *self = (cache_object *)op;
 	if (self->cache) /* no views, no batch (they hold references), no call running */
 		(void)cache_do_close(self);
+	if (self->weakrefs)
+		PyObject_ClearWeakRefs(op);
 	Py_CLEAR(self->db);
 	Py_CLEAR(self->names);
 	PyMem_Free(self->rows);
@@ -904,6 +904,7 @@ static PyTypeObject cache_type = {
 	PyVarObject_HEAD_INIT(NULL, 0)
 	.tp_name = "ember._ember.Cache",
 	.tp_basicsize = sizeof(cache_object),
+	.tp_weaklistoffset = offsetof(cache_object, weakrefs),
 	.tp_dealloc = cache_dealloc,
 	.tp_flags = Py_TPFLAGS_DEFAULT,
 	.tp_doc = "Cache(db, tables, *, names=None, capacity=0, window=0, prefetch_batches=0, "

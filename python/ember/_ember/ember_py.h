@@ -31,6 +31,11 @@ int emb_store_init(PyObject *module);
 int emb_cache_init(PyObject *module);
 int emb_graph_init(PyObject *module);
 
+/* The handle of an open _ember.Db (store.c), for the layers that open their objects
+ * over a store (a cache, a graph buffer): borrowed, valid while the Db is open and
+ * referenced; NULL with TypeError (not a Db) or ember.StateError (closed) raised. */
+ember_db *emb_store_db(PyObject *db);
+
 /* ---- errors -------------------------------------------------------------------- */
 
 /*

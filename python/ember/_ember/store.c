@@ -426,6 +426,20 @@ static PyTypeObject db_type = {
 	.tp_new = PyType_GenericNew,
 };
 
+ember_db *emb_store_db(PyObject *obj)
+{
+	if (!PyObject_TypeCheck(obj, &db_type)) {
+		PyErr_Format(PyExc_TypeError, "expected an _ember.Db, got %.80s",
+			     Py_TYPE(obj)->tp_name);
+		return NULL;
+	}
+	if (!((db_object *)obj)->db) {
+		ember_py_closed("the store");
+		return NULL;
+	}
+	return ((db_object *)obj)->db;
+}
+
 /* ---- Session ------------------------------------------------------------------- */
 
 typedef struct {

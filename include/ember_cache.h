@@ -373,10 +373,13 @@ typedef struct ember_cache_stats {
 /*
  * Open a cache over db. On success *cache is set and the prefetcher thread runs;
  * on failure *cache is left NULL. EMBER_EINVAL: NULL arguments, no tables, a table
- * with rows or dim of 0 or out of range, an unknown storage/init/slots value,
+ * with rows or dim of 0 or out of range, an unknown storage/optimizer/init/slots
+ * value, a table's init_scale not finite or < 0 or its reserved_ not 0,
  * prefetch_batches > window, capacity > EMBER_CACHE_MAX_CAPACITY, window >
  * EMBER_CACHE_MAX_WINDOW; with host slots,
- * gpu, gpu_backend or gpu_device set; with GPU slots, gpu given together with
+ * gpu, gpu_backend or gpu_device set; with GPU slots, tables of different
+ * optimizers or EMBER_CACHE_OPT_ROWWISE_ADAGRAD (not supported there yet: the
+ * arena holds Adagrad's state or none), gpu given together with
  * gpu_backend or gpu_device, an unknown gpu_backend, gpu_device < 0, or a context
  * ember_gpu_open refuses (CUDA asked for but not built, no such device).
  * EMBER_ENOMEM: out of memory (host, pinned or device). Errors of

@@ -1,17 +1,37 @@
 /*
  * cache.c - the embedding cache: pushed batches, the prefetcher thread, acquire
- * and release, write-back and flush (include/ember_cache.h is the contract).
+ * and release, write-back and flush (include/ember_cache.h is the contract;
+ * cache_int.h the shared structs; rows.c read_rows / write_rows; apply.c the
+ * fused optimizer update).
  *
  * Design notes
  * ============
- * Two threads touch a cache: the trainer (push, acquire, release, flush, close;
- * one call at a time) and the cache's prefetcher thread. They share a mutex `mu`
- * and four counters of batch numbers, each written by one side only:
+ * Three threads touch a cache: the loader (push; one call at a time), the
+ * trainer (acquire, try_acquire, apply, release, flush, read_rows, write_rows;
+ * one call at a time), which may run concurrently with the loader, and the
+ * cache's prefetcher thread. close comes after both roles are done. They share a
+ * mutex `mu` and four counters of batch numbers, each written by one side only:
  *     released <= acquired <= resident <= planned <= pushed
- * (pushed, acquired, released: trainer; planned, resident: prefetcher; acquired
- * and planned are private to their writer, the others are read across under
- * `mu`). Batches live in a ring of `window` entries, entry seq % window. The
+ * (pushed: loader; acquired, released: trainer; planned, resident: prefetcher;
+ * acquired and planned are private to their writer, the others are read across
+ * under `mu`). Batches live in a ring of `window` entries, entry seq % window. The
  * oracle has a lock of its own, `omu` (C7).
+ *
+ * Who owns which field (C9):
+ *   loader     last_nuniq; the ring entry pushed % window until `pushed` moves
+ *              past it (push checks pushed - released < window under mu, so that
+ *              entry's previous batch was released: the release's writes
+ *              happen-before, through mu)
+ *   trainer    acquired, holding, the ap_* scratch of apply, the `applied` flag
+ *              and dirty[] of the acquired batch (C5); a request in flight (C8)
+ *   prefetcher planned, owner[], the I/O buffers, dirty[] of slots no
+ *              unreleased batch uses, mdone and the plan arrays of planned batches
+ *   under mu   pushed, resident, released, failed, stop, req, req_gen
+ *   statistics relaxed atomics, from anyone
+ * The loader and the trainer share nothing but fields under mu: acquire reads a
+ * ring entry only for a batch < pushed (its push published it under mu), push
+ * writes only the entry of batch `pushed`, which no acquired or resident batch
+ * holds (pushed - released < window).
  *
  * A batch's states, and the call that moves it on:
  *   free --push: oracle_link_part (dedupe and link in one pass over the ids)-->
@@ -26,7 +46,9 @@
  * A slot's states (per slot: the plan's owner in the oracle, the physical owner
  * owner[] and dirty[] here):
  *   empty --fetch_round (admission into a never-used slot)--> clean
- *   clean --release of a batch using it (not READONLY)--> dirty
+ *   clean --release of a batch using it (not READONLY, or applied: C10)--> dirty
+ *   clean/dirty --write_rows naming its row (cache_rows_serve, after the put)-->
+ *   clean with the written value
  *   dirty --flush (writeback_all) or fetch_round evicting it (write-back)--> clean
  *   clean/dirty --fetch_round: admission of another row (after the write-back of
  *   a dirty victim)--> clean with the new row
@@ -52,6 +74,18 @@
  *       (C3) or during a flush (no batch acquired): never both at once.
  *   C6. At most one batch is acquired at a time, so a blocked acquire never waits
  *       on a release only its own caller could make.
+ *   C8. Requests (flush, read_rows, write_rows): the trainer stores a
+ *       struct cache_req in `req` under mu and waits for `req_gen` to move; the
+ *       prefetcher serves it between two of its steps (never inside a fetch
+ *       round, so no round is half done) and publishes the result under mu.
+ *       The trainer refuses a request while it holds a batch (ESTATE), so while
+ *       one is served no batch is acquired: the prefetcher may read, overwrite
+ *       and clean any slot (C5). A request serves at most once; one trainer
+ *       means at most one request at a time. push may run meanwhile: it only
+ *       links under omu, which requests do not touch.
+ *   C9. The loader and the trainer share only what mu guards (fields above).
+ *   C10. ember_cache_apply's rows are dirty at release even with READONLY
+ *       (cbatch.applied), so an update through the cache is never dropped.
  *   C7. The oracle is touched only under `omu`: push links its batch there (so
  *       EMBER_ETOOBIG and a bad row id are found in the same pass as the dedupe,
  *       and undone with oracle_link_abort before any other state changed), the
@@ -80,6 +114,10 @@
  *       gather + download -> host waits -> ember_put_batch -> later fetch ->
  *       install on H2D -> `ready` -> the trainer's next use. Every read still sees
  *       every earlier update.
+ *   G5. write_rows installs into slots of batches that may already be
+ *       resident, whose `ready` was recorded before: it waits for the H2D
+ *       stream before the request completes (rows.c), so any trainer work
+ *       started afterwards sees the written rows.
  */
 #include "ember_cache.h"
 
@@ -687,7 +725,7 @@ int ember_cache_push(ember_cache *c, const ember_cache_batch *batch)
 	pthread_mutex_unlock(&c->mu);
 	if (rc < 0)
 		return rc;
-	/* entry seq % window held batch seq - window, released: the trainer's now */
+	/* entry seq % window held batch seq - window, released: the loader's now (C9) */
 	struct cbatch *b = &c->ring[seq % c->window];
 	/* Room for the distinct rows: at most min(ids, capacity), but a batch of
 	 * skewed ids names far fewer (a Criteo-like batch: 75k of 426k), and the

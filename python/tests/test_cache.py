@@ -245,6 +245,7 @@ def test_concurrent_push_from_a_loader_thread(store):
     batches = [rng.integers(0, 1000, size=40, dtype=np.int64) for _ in range(steps)]
     cache = open_cache(store, tables=[Table("t", rows=1000, dim=2)], window=8)
     room = threading.Semaphore(8)
+    ready = threading.Semaphore(0)  # acquire with nothing pushed is a StateError
     failures = []
 
     def loader():
@@ -252,13 +253,17 @@ def test_concurrent_push_from_a_loader_thread(store):
             for ids in batches:
                 room.acquire()
                 cache.push({"t": ids})
+                ready.release()
         except BaseException as e:  # reported below
             failures.append(e)
+            ready.release()
 
     th = threading.Thread(target=loader)
     th.start()
     counts = np.zeros(1000, np.float32)
     for step in range(steps):
+        ready.acquire()
+        assert not failures
         b = cache.acquire()
         assert b.number == step
         mem = b.memory

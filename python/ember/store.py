@@ -278,7 +278,10 @@ class Store:
                 chunk = w.next_chunk()
                 if not chunk:
                     return
-                yield from chunk
+                for kv in chunk:
+                    if w.closed:  # the store closed meanwhile
+                        raise StateError(-30011, "the iteration is closed")
+                    yield kv
         finally:
             w.close()
 

@@ -992,6 +992,7 @@ typedef struct {
 	struct walk_chunk *fill, *ready;
 	int done, stop, rc;
 	int busy; /* next_chunk in progress (GIL held) */
+	int closed; /* closed before its end: next_chunk raises StateError */
 	PyObject *weakrefs;
 } walk_object;
 
@@ -1128,6 +1129,8 @@ static PyObject *walk_close(PyObject *self, PyObject *unused)
 	walk_object *w = (walk_object *)self;
 	if (w->busy)
 		return ember_py_raise_detail(EMBER_EBUSY, "the walk is in a call on another thread");
+	if (w->running)
+		w->closed = 1;
 	walk_close_now(w);
 	Py_RETURN_NONE;
 }
@@ -1150,6 +1153,8 @@ static PyObject *walk_next_chunk(PyObject *self, PyObject *unused)
 	struct walk_chunk *c = NULL;
 	PyObject *list;
 	int done = 0, rc = 0;
+	if (w->closed)
+		return ember_py_closed("the iteration");
 	if (!w->running)
 		return PyList_New(0);
 	if (w->busy)
@@ -1191,6 +1196,16 @@ static PyObject *walk_next_chunk(PyObject *self, PyObject *unused)
 	return list;
 }
 
+static PyObject *walk_closed(PyObject *self, void *closure)
+{
+	return PyBool_FromLong(((walk_object *)self)->closed);
+}
+
+static PyGetSetDef walk_getset[] = {
+	{"closed", walk_closed, NULL, "True once closed before its end.", NULL},
+	{NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyMethodDef walk_methods[] = {
 	{"next_chunk", walk_next_chunk, METH_NOARGS,
 	 "The next records as [(key, value)]; [] at the end."},
@@ -1207,6 +1222,7 @@ static PyTypeObject walk_type = {
 	.tp_flags = Py_TPFLAGS_DEFAULT,
 	.tp_doc = "Walk(db): ember_iterate on a thread of its own, read in chunks.",
 	.tp_methods = walk_methods,
+	.tp_getset = walk_getset,
 	.tp_init = walk_init,
 	.tp_new = PyType_GenericNew,
 };

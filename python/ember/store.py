@@ -138,6 +138,8 @@ class Store:
         self._lock = threading.Lock()
         self._sessions: "weakref.WeakSet[_ember.Session]" = weakref.WeakSet()
         self._walks: "weakref.WeakSet[_ember.Walk]" = weakref.WeakSet()
+        # objects over this store (caches) that close() closes first
+        self._children: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self._local = threading.local()
         for name, flag in (("create", create), ("truncate", truncate),
                            ("read_only", read_only), ("prewrite_log", prewrite_log)):
@@ -167,11 +169,14 @@ class Store:
         return self._live().readonly
 
     def close(self) -> None:
-        """Close every thread's session, any open iterate(), then the store.
-        Twice is fine. BusyError while another thread is in a call."""
+        """Close the caches opened over this store (flushing them), every thread's
+        session, any open iterate(), then the store. Twice is fine. BusyError while
+        another thread is in a call."""
         db = self._db
         if db is None or db.closed:
             return
+        for c in list(self._children):
+            c.close()
         for w in list(self._walks):
             w.close()
         with self._lock:

@@ -1,11 +1,1007 @@
 /*
- * cache.c - the cache layer's types of ember._ember. Registers no type yet: the
- * module's init calls emb_cache_init, which succeeds.
+ * cache.c - the cache layer's types of ember._ember: Cache (an ember_cache over a
+ * store's _ember.Db) and CacheBatch (an acquired batch). Thin: ids are checked and
+ * copied, calls are made with the GIL released; policy lives in ember/cache.py.
+ *
+ * Roles and threads (include/ember_cache.h)
+ * -----------------------------------------
+ * The C cache lets one loader thread push while one trainer thread acquires,
+ * applies, releases, flushes, reads and writes rows. With the GIL released during
+ * those calls, two Python threads could otherwise enter one role together, so each
+ * role has a flag (`pushing`, `training`), set and cleared with the GIL held: a
+ * second call into a busy role raises ember.BusyError instead of breaking the C
+ * contract. close() refuses (BusyError) while either role runs or while a zero-copy
+ * view of the slots is alive, and takes the handle out of the object (cache = NULL)
+ * before releasing the GIL, so stats() from another thread sees it closed.
+ *
+ * Waiting in acquire
+ * ------------------
+ * ember_cache_acquire blocks on a condition variable that a signal does not end, so
+ * Ctrl-C could not stop a trainer waiting for a slow prefetcher. acquire(wait=True)
+ * polls ember_cache_try_acquire instead, sleeping between tries (2 us doubling to
+ * 200 us) with the GIL released, and every 10 ms takes the GIL to run
+ * PyErr_CheckSignals: KeyboardInterrupt leaves the batch not acquired (the next
+ * acquire returns it). The time spent so is added to stats()['wait_ns'].
  */
 #include "ember_py.h"
 
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#define PY_ARRAY_UNIQUE_SYMBOL ember_cache_ARRAY_API
+#include <numpy/arrayobject.h>
+
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <ember_cache.h>
+
+typedef struct {
+	PyObject_HEAD
+	ember_cache *cache;  /* NULL once closed */
+	PyObject *db;        /* the _ember.Db (strong: the store outlives its cache) */
+	ember_db *edb;       /* its handle, for error details while the cache is open */
+	uint32_t ntables;
+	uint64_t *rows;      /* per table */
+	uint32_t *dims;      /* per table */
+	uint32_t *nstate;    /* per table: optimizer state floats after a row */
+	PyObject *names;     /* tuple of str, per table (error messages) */
+	uint64_t pushed;     /* batches pushed: the next batch's number */
+	int pushing;         /* the loader role is in a call (GIL held to change) */
+	int training;        /* the trainer role is in a call (GIL held to change) */
+	Py_ssize_t live;     /* zero-copy views of the slots (ember_py_view_new) */
+	float *slot_memory;  /* known after the first acquire (host slots: fixed) */
+	size_t stride;
+	uint64_t nslots;
+	PyObject *held;      /* the CacheBatch acquired now (borrowed) or NULL */
+	uint64_t wait_ns;    /* time acquire(wait=True) spent polling */
+	PyObject *weakrefs;  /* a store may keep its caches in a WeakSet */
+} cache_object;
+
+typedef struct {
+	PyObject_HEAD
+	cache_object *owner; /* strong */
+	ember_cache_view view;
+	int held;            /* acquired and not released */
+	PyObject *slots;     /* int64 (nlookups,) numpy array */
+	PyObject *offsets;   /* int64 (nparts + 1,) numpy array */
+	PyObject *tables;    /* tuple of int */
+} batch_object;
+
+static PyTypeObject cache_type;
+static PyTypeObject batch_type;
+
+/* ---- helpers ----------------------------------------------------------------- */
+
+static PyObject *busy(const char *what)
+{
+	char buf[160];
+	snprintf(buf, sizeof buf, "another thread is in the cache's %s call", what);
+	return ember_py_raise_detail(EMBER_EBUSY, buf);
+}
+
+/* Enter the trainer role: 0, or -1 with StateError (closed) / BusyError raised. */
+static int enter_trainer(cache_object *c)
+{
+	if (!c->cache) {
+		ember_py_closed("the cache");
+		return -1;
+	}
+	if (c->training) {
+		busy("trainer");
+		return -1;
+	}
+	c->training = 1;
+	return 0;
+}
+
+static const char *table_name(cache_object *c, uint32_t t)
+{
+	PyObject *s = PyTuple_GET_ITEM(c->names, t);
+	const char *u = PyUnicode_AsUTF8(s);
+	if (!u) {
+		PyErr_Clear();
+		return "?";
+	}
+	return u;
+}
+
+static int table_arg(cache_object *c, PyObject *obj, uint32_t *out)
+{
+	long long t = PyLong_AsLongLong(obj);
+	if (t == -1 && PyErr_Occurred())
+		return -1;
+	if (t < 0 || (unsigned long long)t >= c->ntables) {
+		PyErr_Format(PyExc_ValueError, "table %lld out of range (the cache has %u)", t,
+			     c->ntables);
+		return -1;
+	}
+	*out = (uint32_t)t;
+	return 0;
+}
+
+/* ids of table t, checked against its rows and copied into uint64 (PyMem_Malloc'd,
+ * at least one element). argname names the ids in messages. */
+static int ids_of_table(cache_object *c, uint32_t t, PyObject *obj, const char *argname,
+			uint64_t **out, Py_ssize_t *n)
+{
+	ember_py_ids ids;
+	if (ember_py_ids_get(obj, argname, &ids) < 0)
+		return -1;
+	if (ember_py_ids_check_range(&ids, argname, 0, (int64_t)c->rows[t]) < 0)
+		goto fail;
+	*out = PyMem_Malloc((size_t)(ids.n ? ids.n : 1) * sizeof(uint64_t));
+	if (!*out) {
+		PyErr_NoMemory();
+		goto fail;
+	}
+	for (Py_ssize_t i = 0; i < ids.n; i++)
+		(*out)[i] = (uint64_t)ids.ids[i];
+	*n = ids.n;
+	ember_py_ids_release(&ids);
+	return 0;
+fail:
+	ember_py_ids_release(&ids);
+	return -1;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- Cache(db, tables, *, names, capacity, ...) ------------------------------ */
+
+/* One table spec: (rows, dim, storage, optimizer, init, init_scale, init_seed). */
+static int table_spec(PyObject *spec, Py_ssize_t i, ember_cache_table *t)
+{
+	unsigned long long rows, dim, storage, opt, init, seed;
+	double scale;
+	if (!PyTuple_Check(spec) ||
+	    !PyArg_ParseTuple(spec, "KKKKKdK", &rows, &dim, &storage, &opt, &init, &scale, &seed)) {
+		PyErr_Clear();
+		PyErr_Format(PyExc_TypeError,
+			     "tables[%zd]: expected (rows, dim, storage, optimizer, init, "
+			     "init_scale, init_seed)", i);
+		return -1;
+	}
+	if (rows == 0 || rows > EMBER_CACHE_MAX_ROWS || dim == 0 || dim > EMBER_CACHE_MAX_DIM ||
+	    storage > 1 || opt > 2 || init > 2 || !isfinite(scale) || scale < 0) {
+		PyErr_Format(PyExc_ValueError,
+			     "tables[%zd]: rows must be 1..2^48, dim 1..%u, storage/optimizer/"
+			     "init known, init_scale finite and >= 0", i, EMBER_CACHE_MAX_DIM);
+		return -1;
+	}
+	memset(t, 0, sizeof *t);
+	t->rows = rows;
+	t->dim = (uint32_t)dim;
+	t->storage = (uint32_t)storage;
+	t->optimizer = (uint32_t)opt;
+	t->init = (uint32_t)init;
+	t->init_scale = (float)scale;
+	t->init_seed = seed;
+	return 0;
+}
+
+static int cache_parse_tables(cache_object *self, PyObject *tables, PyObject *names,
+			      ember_cache_table **out)
+{
+	PyObject *seq = PySequence_Fast(tables, "tables must be a sequence");
+	Py_ssize_t n;
+	ember_cache_table *t = NULL;
+	if (!seq)
+		return -1;
+	n = PySequence_Fast_GET_SIZE(seq);
+	if (n < 1 || n > EMBER_CACHE_MAX_TABLES) {
+		PyErr_Format(PyExc_ValueError, "a cache needs 1..%u tables, got %zd",
+			     EMBER_CACHE_MAX_TABLES, n);
+		goto fail;
+	}
+	t = PyMem_Calloc((size_t)n, sizeof *t);
+	self->rows = PyMem_Calloc((size_t)n, sizeof *self->rows);
+	self->dims = PyMem_Calloc((size_t)n, sizeof *self->dims);
+	self->nstate = PyMem_Calloc((size_t)n, sizeof *self->nstate);
+	if (!t || !self->rows || !self->dims || !self->nstate) {
+		PyErr_NoMemory();
+		goto fail;
+	}
+	for (Py_ssize_t i = 0; i < n; i++) {
+		if (table_spec(PySequence_Fast_GET_ITEM(seq, i), i, &t[i]) < 0)
+			goto fail;
+		self->rows[i] = t[i].rows;
+		self->dims[i] = t[i].dim;
+	}
+	self->ntables = (uint32_t)n;
+	if (names == NULL || names == Py_None) {
+		self->names = PyTuple_New(n);
+		if (!self->names)
+			goto fail;
+		for (Py_ssize_t i = 0; i < n; i++) {
+			PyObject *s = PyUnicode_FromFormat("table %zd", i);
+			if (!s)
+				goto fail;
+			PyTuple_SET_ITEM(self->names, i, s);
+		}
+	} else {
+		self->names = PySequence_Tuple(names);
+		if (!self->names)
+			goto fail;
+		if (PyTuple_GET_SIZE(self->names) != n) {
+			PyErr_SetString(PyExc_ValueError, "names: one per table");
+			goto fail;
+		}
+		for (Py_ssize_t i = 0; i < n; i++)
+			if (!PyUnicode_Check(PyTuple_GET_ITEM(self->names, i))) {
+				PyErr_SetString(PyExc_TypeError, "names: must be str");
+				goto fail;
+			}
+	}
+	Py_DECREF(seq);
+	*out = t;
+	return 0;
+fail:
+	Py_DECREF(seq);
+	PyMem_Free(t);
+	return -1;
+}
+
+static int cache_init(PyObject *op, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"db", "tables", "names", "capacity", "window",
+				 "prefetch_batches", "prefetch_depth", "init", "init_scale",
+				 "init_seed", NULL};
+	cache_object *self = (cache_object *)op;
+	PyObject *db, *tables, *names = NULL;
+	unsigned long long capacity = 0, seed = 0;
+	unsigned int window = 0, pbatches = 0, depth = 0, init = 0;
+	double scale = 0;
+	ember_cache_table *t = NULL;
+	ember_cache_options o;
+	ember_db *edb;
+	ember_cache *cache = NULL;
+	int rc;
+
+	if (self->cache || self->db) {
+		PyErr_SetString(PyExc_TypeError, "Cache.__init__ called twice");
+		return -1;
+	}
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|$OKIIIIdK", kwlist, &db, &tables, &names,
+					 &capacity, &window, &pbatches, &depth, &init, &scale,
+					 &seed))
+		return -1;
+	if (init > 1 || !isfinite(scale) || scale < 0) {
+		PyErr_SetString(PyExc_ValueError, "init must be 0 or 1, init_scale finite and >= 0");
+		return -1;
+	}
+	edb = emb_store_db(db);
+	if (!edb)
+		return -1;
+	if (cache_parse_tables(self, tables, names, &t) < 0)
+		return -1;
+	ember_cache_options_default(&o);
+	o.tables = t;
+	o.ntables = self->ntables;
+	o.capacity = capacity;
+	o.window = window;
+	o.prefetch_batches = pbatches;
+	o.prefetch_depth = depth;
+	o.init = init;
+	o.init_scale = (float)scale;
+	o.init_seed = seed;
+	Py_BEGIN_ALLOW_THREADS
+	rc = ember_cache_open(edb, &o, &cache);
+	Py_END_ALLOW_THREADS
+	if (rc == 0)
+		for (uint32_t i = 0; i < self->ntables; i++)
+			self->nstate[i] = ember_cache_state_floats(cache, i);
+	PyMem_Free(t);
+	if (rc < 0) {
+		ember_py_raise(rc, edb);
+		return -1;
+	}
+	self->cache = cache;
+	self->db = Py_NewRef(db);
+	self->edb = edb;
+	return 0;
+}
+
+/* Close the C cache (GIL released); the handle leaves the object first. */
+static int cache_do_close(cache_object *self)
+{
+	ember_cache *cache = self->cache;
+	int rc;
+	self->cache = NULL;
+	if (self->held) {
+		((batch_object *)self->held)->held = 0; /* the C close drops it */
+		self->held = NULL;
+	}
+	Py_BEGIN_ALLOW_THREADS
+	rc = ember_cache_close(cache);
+	Py_END_ALLOW_THREADS
+	self->slot_memory = NULL;
+	return rc;
+}
+
+static PyObject *cache_close(PyObject *op, PyObject *unused)
+{
+	cache_object *self = (cache_object *)op;
+	int rc;
+	if (!self->cache)
+		Py_RETURN_NONE;
+	if (self->pushing || self->training)
+		return busy(self->pushing ? "push" : "trainer");
+	if (ember_py_views_busy(&self->live, "the cache") < 0)
+		return NULL;
+	rc = cache_do_close(self);
+	if (rc < 0)
+		return ember_py_raise(rc, self->edb);
+	Py_RETURN_NONE;
+}
+
+static void cache_dealloc(PyObject *op)
+{
+	cache_object *self = (cache_object *)op;
+	if (self->cache) /* no views, no batch (they hold references), no call running */
+		(void)cache_do_close(self);
+	if (self->weakrefs)
+		PyObject_ClearWeakRefs(op);
+	Py_CLEAR(self->db);
+	Py_CLEAR(self->names);
+	PyMem_Free(self->rows);
+	PyMem_Free(self->dims);
+	PyMem_Free(self->nstate);
+	Py_TYPE(op)->tp_free(op);
+}
+
+/* ---- push -------------------------------------------------------------------- */
+
+/* Parse parts [(table, ids[, label]), ...] into parts[] with copied rows. */
+static int push_parse(cache_object *self, PyObject *seq, ember_cache_part *parts,
+		      uint64_t **rows)
+{
+	Py_ssize_t np = PySequence_Fast_GET_SIZE(seq);
+	char argname[160];
+	for (Py_ssize_t p = 0; p < np; p++) {
+		PyObject *item = PySequence_Fast_GET_ITEM(seq, p), *label = NULL, *ids;
+		uint32_t t;
+		Py_ssize_t n = 0;
+		if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) < 2 ||
+		    PyTuple_GET_SIZE(item) > 3) {
+			PyErr_Format(PyExc_TypeError, "part %zd: expected (table, ids[, name])", p);
+			return -1;
+		}
+		if (table_arg(self, PyTuple_GET_ITEM(item, 0), &t) < 0)
+			return -1;
+		ids = PyTuple_GET_ITEM(item, 1);
+		if (PyTuple_GET_SIZE(item) == 3)
+			label = PyTuple_GET_ITEM(item, 2);
+		if (label && PyUnicode_Check(label))
+			snprintf(argname, sizeof argname, "feature '%s' (table '%s', part %zd) ids",
+				 PyUnicode_AsUTF8(label), table_name(self, t), p);
+		else
+			snprintf(argname, sizeof argname, "table '%s' (part %zd) ids",
+				 table_name(self, t), p);
+		if (ids_of_table(self, t, ids, argname, &rows[p], &n) < 0)
+			return -1;
+		if ((uint64_t)n > UINT32_MAX) {
+			PyErr_Format(PyExc_ValueError, "%s: %zd lookups, more than 2^32 - 1", argname,
+				     n);
+			return -1;
+		}
+		parts[p].table = t;
+		parts[p].n = (uint32_t)n;
+		parts[p].rows = rows[p];
+	}
+	return 0;
+}
+
+static PyObject *cache_push(PyObject *op, PyObject *arg)
+{
+	cache_object *self = (cache_object *)op;
+	PyObject *seq, *ret = NULL;
+	Py_ssize_t np;
+	ember_cache_part *parts = NULL;
+	uint64_t **rows = NULL;
+	ember_cache_batch b;
+	int rc;
+
+	if (!self->cache)
+		return ember_py_closed("the cache");
+	if (self->pushing)
+		return busy("push");
+	seq = PySequence_Fast(arg, "push: parts must be a sequence of (table, ids)");
+	if (!seq)
+		return NULL;
+	np = PySequence_Fast_GET_SIZE(seq);
+	if ((uint64_t)np > UINT32_MAX) {
+		PyErr_SetString(PyExc_ValueError, "push: too many parts");
+		goto out;
+	}
+	parts = PyMem_Calloc((size_t)(np ? np : 1), sizeof *parts);
+	rows = PyMem_Calloc((size_t)(np ? np : 1), sizeof *rows);
+	if (!parts || !rows) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	if (push_parse(self, seq, parts, rows) < 0)
+		goto out;
+	b.nparts = (uint32_t)np;
+	b.parts = parts;
+	self->pushing = 1;
+	Py_BEGIN_ALLOW_THREADS
+	rc = ember_cache_push(self->cache, &b);
+	Py_END_ALLOW_THREADS
+	self->pushing = 0;
+	if (rc < 0) {
+		ember_py_raise(rc, NULL);
+		goto out;
+	}
+	ret = PyLong_FromUnsignedLongLong(self->pushed++);
+out:
+	if (rows)
+		for (Py_ssize_t p = 0; p < np; p++)
+			PyMem_Free(rows[p]);
+	PyMem_Free(rows);
+	PyMem_Free(parts);
+	Py_DECREF(seq);
+	return ret;
+}
+
+/* ---- acquire ----------------------------------------------------------------- */
+
+/* try_acquire until it answers other than EAGAIN or about 10 ms have passed; the
+ * GIL is released by the caller. */
+static int poll_acquire(ember_cache *cache, ember_cache_view *v)
+{
+	uint64_t t0 = now_ns();
+	long sleep_ns = 2000;
+	for (;;) {
+		int rc = ember_cache_try_acquire(cache, v);
+		if (rc != EMBER_EAGAIN || now_ns() - t0 > 10000000ull)
+			return rc;
+		struct timespec ts = {0, sleep_ns};
+		nanosleep(&ts, NULL);
+		if (sleep_ns < 200000)
+			sleep_ns *= 2;
+	}
+}
+
+/* The CacheBatch of an acquired view: slot indices as int64, part offsets. */
+static PyObject *batch_new(cache_object *self, const ember_cache_view *v)
+{
+	batch_object *b = PyObject_New(batch_object, &batch_type);
+	npy_intp n = 0, np1 = (npy_intp)v->nparts + 1;
+	if (!b)
+		return NULL;
+	b->owner = (cache_object *)Py_NewRef((PyObject *)self);
+	b->view = *v;
+	b->held = 1;
+	b->slots = b->offsets = b->tables = NULL;
+	for (uint32_t p = 0; p < v->nparts; p++)
+		n += v->parts[p].n;
+	b->slots = PyArray_SimpleNew(1, &n, NPY_INT64);
+	b->offsets = PyArray_SimpleNew(1, &np1, NPY_INT64);
+	b->tables = PyTuple_New(v->nparts);
+	if (!b->slots || !b->offsets || !b->tables)
+		goto fail;
+	int64_t *s = PyArray_DATA((PyArrayObject *)b->slots);
+	int64_t *o = PyArray_DATA((PyArrayObject *)b->offsets);
+	npy_intp k = 0;
+	for (uint32_t p = 0; p < v->nparts; p++) {
+		PyObject *t = PyLong_FromUnsignedLong(v->parts[p].table);
+		if (!t)
+			goto fail;
+		PyTuple_SET_ITEM(b->tables, p, t);
+		o[p] = k;
+		for (uint32_t i = 0; i < v->parts[p].n; i++)
+			s[k++] = v->slots[p][i];
+	}
+	o[v->nparts] = k;
+	return (PyObject *)b;
+fail:
+	Py_DECREF(b); /* batch_dealloc releases the view (held) */
+	return NULL;
+}
+
+static PyObject *cache_acquire(PyObject *op, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"wait", NULL};
+	cache_object *self = (cache_object *)op;
+	int wait = 1, rc;
+	ember_cache_view v;
+	uint64_t t0 = 0;
+	PyObject *b;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|p", kwlist, &wait))
+		return NULL;
+	if (enter_trainer(self) < 0)
+		return NULL;
+	memset(&v, 0, sizeof v);
+	for (;;) {
+		Py_BEGIN_ALLOW_THREADS
+		rc = wait ? poll_acquire(self->cache, &v) : ember_cache_try_acquire(self->cache, &v);
+		Py_END_ALLOW_THREADS
+		if (rc != EMBER_EAGAIN || !wait)
+			break;
+		if (!t0)
+			t0 = now_ns();
+		if (PyErr_CheckSignals() < 0) { /* KeyboardInterrupt: nothing acquired */
+			self->wait_ns += now_ns() - t0;
+			self->training = 0;
+			return NULL;
+		}
+	}
+	if (t0)
+		self->wait_ns += now_ns() - t0;
+	self->training = 0;
+	if (rc == EMBER_EAGAIN)
+		Py_RETURN_NONE;
+	if (rc < 0)
+		return ember_py_raise(rc, self->edb);
+	if (!self->slot_memory) {
+		self->slot_memory = v.slot_memory;
+		self->stride = v.slot_stride;
+		self->nslots = v.nslots;
+	}
+	b = batch_new(self, &v);
+	if (!b)
+		return NULL;
+	self->held = b;
+	return b;
+}
+
+/* ---- the acquired batch's calls ------------------------------------------------ */
+
+static batch_object *held_batch(cache_object *self, PyObject *obj)
+{
+	if (!PyObject_TypeCheck(obj, &batch_type)) {
+		PyErr_Format(PyExc_TypeError, "expected a CacheBatch, got %.80s",
+			     Py_TYPE(obj)->tp_name);
+		return NULL;
+	}
+	batch_object *b = (batch_object *)obj;
+	if (b->owner != self) {
+		PyErr_SetString(PyExc_ValueError, "the batch belongs to another cache");
+		return NULL;
+	}
+	if (!b->held) {
+		char buf[96];
+		snprintf(buf, sizeof buf, "batch %llu was released",
+			 (unsigned long long)b->view.batch);
+		ember_py_raise_detail(EMBER_ESTATE, buf);
+		return NULL;
+	}
+	return b;
+}
+
+static int finite_arg(double x, const char *name, int nonneg)
+{
+	if (!isfinite(x) || (nonneg && x < 0)) {
+		PyErr_Format(PyExc_ValueError, "%s must be finite%s", name, nonneg ? " and >= 0" : "");
+		return -1;
+	}
+	return 0;
+}
+
+static PyObject *cache_apply(PyObject *op, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"batch", "part", "grads", "lr", "eps", "weight_decay", NULL};
+	cache_object *self = (cache_object *)op;
+	PyObject *bobj, *gobj;
+	unsigned int part;
+	double lr, eps = 0, wd = 0;
+	Py_buffer g;
+	batch_object *b;
+	ember_cache_update upd;
+	uint32_t dim, n;
+	int rc;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OIOd|dd", kwlist, &bobj, &part, &gobj, &lr,
+					 &eps, &wd))
+		return NULL;
+	if (!self->cache)
+		return ember_py_closed("the cache");
+	if (!(b = held_batch(self, bobj)))
+		return NULL;
+	if (part >= b->view.nparts) {
+		PyErr_Format(PyExc_ValueError, "part %u out of range (the batch has %u)", part,
+			     b->view.nparts);
+		return NULL;
+	}
+	if (finite_arg(lr, "lr", 0) < 0 || finite_arg(eps, "eps", 1) < 0 ||
+	    finite_arg(wd, "weight_decay", 1) < 0)
+		return NULL;
+	n = b->view.parts[part].n;
+	dim = self->dims[b->view.parts[part].table];
+	if (ember_py_buffer_get(gobj, "grads", 'f', 4, 2, 0, &g) < 0)
+		return NULL;
+	if (g.shape[0] != (Py_ssize_t)n || g.shape[1] != (Py_ssize_t)dim) {
+		PyErr_Format(PyExc_ValueError, "grads: shape must be (%u, %u) for part %u, got "
+			     "(%zd, %zd)", n, dim, part, g.shape[0], g.shape[1]);
+		ember_py_buffer_release(&g);
+		return NULL;
+	}
+	if (enter_trainer(self) < 0) {
+		ember_py_buffer_release(&g);
+		return NULL;
+	}
+	memset(&upd, 0, sizeof upd);
+	upd.lr = (float)lr;
+	upd.eps = (float)eps;
+	upd.weight_decay = (float)wd;
+	Py_BEGIN_ALLOW_THREADS
+	rc = ember_cache_apply(self->cache, &b->view, part, g.buf, dim, &upd);
+	Py_END_ALLOW_THREADS
+	self->training = 0;
+	ember_py_buffer_release(&g);
+	if (rc < 0)
+		return ember_py_raise(rc, NULL);
+	Py_RETURN_NONE;
+}
+
+/* Release b (trainer role entered by the caller). */
+static int batch_release(cache_object *self, batch_object *b, int dirty)
+{
+	int rc;
+	b->view.flags = dirty ? 0 : EMBER_CACHE_VIEW_READONLY;
+	Py_BEGIN_ALLOW_THREADS
+	rc = ember_cache_release(self->cache, &b->view);
+	Py_END_ALLOW_THREADS
+	if (rc == 0) {
+		b->held = 0;
+		if (self->held == (PyObject *)b)
+			self->held = NULL;
+	}
+	return rc;
+}
+
+static PyObject *cache_release(PyObject *op, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"batch", "dirty", NULL};
+	cache_object *self = (cache_object *)op;
+	PyObject *bobj;
+	int dirty = 1, rc;
+	batch_object *b;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|p", kwlist, &bobj, &dirty))
+		return NULL;
+	if (!self->cache)
+		return ember_py_closed("the cache");
+	if (!(b = held_batch(self, bobj)))
+		return NULL;
+	if (enter_trainer(self) < 0)
+		return NULL;
+	rc = batch_release(self, b, dirty);
+	self->training = 0;
+	if (rc < 0)
+		return ember_py_raise(rc, NULL);
+	Py_RETURN_NONE;
+}
+
+/* ---- flush, rows, stats, memory ---------------------------------------------- */
+
+static PyObject *cache_flush(PyObject *op, PyObject *unused)
+{
+	cache_object *self = (cache_object *)op;
+	int rc;
+	if (enter_trainer(self) < 0)
+		return NULL;
+	Py_BEGIN_ALLOW_THREADS
+	rc = ember_cache_flush(self->cache);
+	Py_END_ALLOW_THREADS
+	self->training = 0;
+	if (rc < 0)
+		return ember_py_raise(rc, self->edb);
+	Py_RETURN_NONE;
+}
+
+static PyObject *cache_read_rows(PyObject *op, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"table", "ids", "state", NULL};
+	cache_object *self = (cache_object *)op;
+	PyObject *tobj, *iobj, *out = NULL, *st = Py_None, *ret = NULL;
+	int want_state = 0, rc;
+	uint32_t t;
+	uint64_t *ids = NULL;
+	Py_ssize_t n = 0;
+	char argname[128];
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|p", kwlist, &tobj, &iobj, &want_state))
+		return NULL;
+	if (!self->cache)
+		return ember_py_closed("the cache");
+	if (table_arg(self, tobj, &t) < 0)
+		return NULL;
+	snprintf(argname, sizeof argname, "table '%s' ids", table_name(self, t));
+	if (ids_of_table(self, t, iobj, argname, &ids, &n) < 0)
+		return NULL;
+	npy_intp shape[2] = {n, self->dims[t]};
+	npy_intp sshape[2] = {n, self->nstate[t]};
+	out = PyArray_SimpleNew(2, shape, NPY_FLOAT32);
+	if (!out)
+		goto done;
+	if (want_state && !(st = PyArray_SimpleNew(2, sshape, NPY_FLOAT32)))
+		goto done;
+	if (enter_trainer(self) < 0)
+		goto done;
+	float *o = PyArray_DATA((PyArrayObject *)out);
+	float *s = st == Py_None || !self->nstate[t] ? NULL : PyArray_DATA((PyArrayObject *)st);
+	Py_BEGIN_ALLOW_THREADS
+	rc = ember_cache_read_rows(self->cache, t, (size_t)n, ids, o, s);
+	Py_END_ALLOW_THREADS
+	self->training = 0;
+	if (rc < 0) {
+		ember_py_raise(rc, self->edb);
+		goto done;
+	}
+	ret = PyTuple_Pack(2, out, st);
+done:
+	PyMem_Free(ids);
+	Py_XDECREF(out);
+	if (st != Py_None)
+		Py_XDECREF(st);
+	return ret;
+}
+
+/* A float32 (n, cols) C-contiguous buffer; -1 with ValueError otherwise. */
+static int rows_buffer(PyObject *obj, const char *name, Py_ssize_t n, uint32_t cols,
+		       Py_buffer *v)
+{
+	if (ember_py_buffer_get(obj, name, 'f', 4, 2, 0, v) < 0)
+		return -1;
+	if (v->shape[0] != n || v->shape[1] != (Py_ssize_t)cols) {
+		PyErr_Format(PyExc_ValueError, "%s: shape must be (%zd, %u), got (%zd, %zd)", name,
+			     n, cols, v->shape[0], v->shape[1]);
+		ember_py_buffer_release(v);
+		return -1;
+	}
+	return 0;
+}
+
+static PyObject *cache_write_rows(PyObject *op, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"table", "ids", "rows", "state", NULL};
+	cache_object *self = (cache_object *)op;
+	PyObject *tobj, *iobj, *robj, *sobj = Py_None, *ret = NULL;
+	uint32_t t;
+	uint64_t *ids = NULL;
+	Py_ssize_t n = 0;
+	Py_buffer r = {0}, s = {0};
+	char argname[128];
+	int rc;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|O", kwlist, &tobj, &iobj, &robj, &sobj))
+		return NULL;
+	if (!self->cache)
+		return ember_py_closed("the cache");
+	if (table_arg(self, tobj, &t) < 0)
+		return NULL;
+	snprintf(argname, sizeof argname, "table '%s' ids", table_name(self, t));
+	if (ids_of_table(self, t, iobj, argname, &ids, &n) < 0)
+		return NULL;
+	if (rows_buffer(robj, "rows", n, self->dims[t], &r) < 0)
+		goto done;
+	if (sobj != Py_None) {
+		if (!self->nstate[t]) {
+			PyErr_Format(PyExc_ValueError, "state: table '%s' keeps no optimizer state",
+				     table_name(self, t));
+			goto done;
+		}
+		if (rows_buffer(sobj, "state", n, self->nstate[t], &s) < 0)
+			goto done;
+	}
+	if (enter_trainer(self) < 0)
+		goto done;
+	Py_BEGIN_ALLOW_THREADS
+	rc = ember_cache_write_rows(self->cache, t, (size_t)n, ids, r.buf,
+				    s.obj ? s.buf : NULL);
+	Py_END_ALLOW_THREADS
+	self->training = 0;
+	if (rc < 0) {
+		ember_py_raise(rc, self->edb);
+		goto done;
+	}
+	ret = Py_NewRef(Py_None);
+done:
+	ember_py_buffer_release(&r);
+	ember_py_buffer_release(&s);
+	PyMem_Free(ids);
+	return ret;
+}
+
+static PyObject *cache_stats(PyObject *op, PyObject *unused)
+{
+	cache_object *self = (cache_object *)op;
+	ember_cache_stats st;
+	int rc;
+	if (!self->cache)
+		return ember_py_closed("the cache");
+	rc = ember_cache_stats_get(self->cache, &st);
+	if (rc < 0)
+		return ember_py_raise(rc, NULL);
+	return Py_BuildValue(
+		"{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsK}",
+		"batches_pushed", st.batches_pushed, "batches_planned", st.batches_planned,
+		"batches_released", st.batches_released, "lookups", st.lookups,
+		"unique_rows", st.unique_rows, "hits", st.hits, "rows_fetched", st.rows_fetched,
+		"rows_absent", st.rows_absent, "rows_evicted", st.rows_evicted,
+		"rows_written_back", st.rows_written_back, "bytes_fetched", st.bytes_fetched,
+		"bytes_written_back", st.bytes_written_back,
+		"wait_ns", st.wait_ns + self->wait_ns,
+		"prefetch_idle_ns", st.prefetch_idle_ns, "prefetch_busy_ns", st.prefetch_busy_ns,
+		"plan_ns", st.plan_ns, "fetch_rounds", st.fetch_rounds, "resident", st.resident,
+		"capacity", st.capacity);
+}
+
+static PyObject *cache_memory(PyObject *op, PyObject *unused)
+{
+	cache_object *self = (cache_object *)op;
+	if (!self->cache)
+		return ember_py_closed("the cache");
+	if (!self->slot_memory)
+		return ember_py_raise_detail(EMBER_ESTATE, "the slots are known after the first "
+						       "acquire");
+	Py_ssize_t shape[2] = {(Py_ssize_t)self->nslots, (Py_ssize_t)self->stride};
+	return ember_py_view_new(op, &self->live, self->slot_memory, "f", 4, 2, shape, 0);
+}
+
+static PyObject *cache_get_closed(PyObject *op, void *closure)
+{
+	return PyBool_FromLong(((cache_object *)op)->cache == NULL);
+}
+
+static PyObject *cache_get_pushed(PyObject *op, void *closure)
+{
+	return PyLong_FromUnsignedLongLong(((cache_object *)op)->pushed);
+}
+
+static PyObject *cache_state_floats(PyObject *op, PyObject *arg)
+{
+	cache_object *self = (cache_object *)op;
+	uint32_t t;
+	if (!self->cache)
+		return ember_py_closed("the cache");
+	if (table_arg(self, arg, &t) < 0)
+		return NULL;
+	return PyLong_FromUnsignedLong(self->nstate[t]);
+}
+
+static PyMethodDef cache_methods[] = {
+	{"push", cache_push, METH_O,
+	 "push(parts): parts = [(table, int64 ids[, feature name]), ...]; returns the batch "
+	 "number. ValueError naming the feature and position on a bad id (nothing pushed)."},
+	{"acquire", (PyCFunction)(void (*)(void))cache_acquire, METH_VARARGS | METH_KEYWORDS,
+	 "acquire(wait=True) -> CacheBatch, or None (wait=False, not resident yet)."},
+	{"apply", (PyCFunction)(void (*)(void))cache_apply, METH_VARARGS | METH_KEYWORDS,
+	 "apply(batch, part, grads float32 (n, dim), lr, eps=0, weight_decay=0)."},
+	{"release", (PyCFunction)(void (*)(void))cache_release, METH_VARARGS | METH_KEYWORDS,
+	 "release(batch, dirty=True)."},
+	{"flush", cache_flush, METH_NOARGS, "Write every updated row back to the store."},
+	{"read_rows", (PyCFunction)(void (*)(void))cache_read_rows, METH_VARARGS | METH_KEYWORDS,
+	 "read_rows(table, ids, state=False) -> (float32 (n, dim), state (n, k) or None)."},
+	{"write_rows", (PyCFunction)(void (*)(void))cache_write_rows,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "write_rows(table, ids, rows float32 (n, dim), state=None)."},
+	{"stats", cache_stats, METH_NOARGS, "The cache's counters (a dict)."},
+	{"memory", cache_memory, METH_NOARGS,
+	 "A zero-copy float32 (nslots, stride) View of the slots (after the first acquire)."},
+	{"state_floats", cache_state_floats, METH_O, "Optimizer state floats per row of a table."},
+	{"close", cache_close, METH_NOARGS,
+	 "Flush and close. BusyError while views of the slots live or a call runs."},
+	{NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef cache_getset[] = {
+	{"closed", cache_get_closed, NULL, "True once closed.", NULL},
+	{"pushed", cache_get_pushed, NULL, "Batches pushed (the next batch's number).", NULL},
+	{NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject cache_type = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "ember._ember.Cache",
+	.tp_basicsize = sizeof(cache_object),
+	.tp_weaklistoffset = offsetof(cache_object, weakrefs),
+	.tp_dealloc = cache_dealloc,
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "Cache(db, tables, *, names=None, capacity=0, window=0, prefetch_batches=0, "
+		  "prefetch_depth=0, init=0, init_scale=0.0, init_seed=0): an ember_cache. "
+		  "tables: [(rows, dim, storage, optimizer, init, init_scale, init_seed)].",
+	.tp_methods = cache_methods,
+	.tp_getset = cache_getset,
+	.tp_init = cache_init,
+	.tp_new = PyType_GenericNew,
+};
+
+/* ---- CacheBatch ---------------------------------------------------------------- */
+
+static void batch_dealloc(PyObject *op)
+{
+	batch_object *b = (batch_object *)op;
+	cache_object *c = b->owner;
+	/* Dropped while acquired: hand it back, dirty (the rows may have been written). */
+	if (b->held && c && c->cache && !c->training) {
+		c->training = 1;
+		(void)batch_release(c, b, 1);
+		c->training = 0;
+	}
+	if (c && c->held == op)
+		c->held = NULL;
+	Py_CLEAR(b->slots);
+	Py_CLEAR(b->offsets);
+	Py_CLEAR(b->tables);
+	Py_CLEAR(b->owner);
+	PyObject_Free(op);
+}
+
+static PyObject *batch_get(batch_object *b, PyObject *what)
+{
+	return Py_NewRef(what);
+}
+
+static PyObject *batch_get_batch(PyObject *op, void *c)
+{
+	return PyLong_FromUnsignedLongLong(((batch_object *)op)->view.batch);
+}
+
+static PyObject *batch_get_slots(PyObject *op, void *c)
+{
+	return batch_get((batch_object *)op, ((batch_object *)op)->slots);
+}
+
+static PyObject *batch_get_offsets(PyObject *op, void *c)
+{
+	return batch_get((batch_object *)op, ((batch_object *)op)->offsets);
+}
+
+static PyObject *batch_get_tables(PyObject *op, void *c)
+{
+	return batch_get((batch_object *)op, ((batch_object *)op)->tables);
+}
+
+static PyObject *batch_get_held(PyObject *op, void *c)
+{
+	return PyBool_FromLong(((batch_object *)op)->held);
+}
+
+static PyGetSetDef batch_getset[] = {
+	{"batch", batch_get_batch, NULL, "The batch's number (0 for the first pushed).", NULL},
+	{"slots", batch_get_slots, NULL, "int64 (nlookups,): every lookup's slot, part after "
+					 "part.", NULL},
+	{"offsets", batch_get_offsets, NULL, "int64 (nparts + 1,): part p's lookups are "
+					     "slots[offsets[p]:offsets[p + 1]].", NULL},
+	{"tables", batch_get_tables, NULL, "The table of each part.", NULL},
+	{"held", batch_get_held, NULL, "True until released.", NULL},
+	{NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject batch_type = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "ember._ember.CacheBatch",
+	.tp_basicsize = sizeof(batch_object),
+	.tp_dealloc = batch_dealloc,
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "An acquired batch of a Cache (release it with Cache.release).",
+	.tp_getset = batch_getset,
+};
+
 int emb_cache_init(PyObject *module)
 {
-	(void)module;
+	import_array1(-1);
+	if (PyType_Ready(&cache_type) < 0 || PyType_Ready(&batch_type) < 0)
+		return -1;
+	Py_INCREF(&cache_type);
+	if (PyModule_AddObject(module, "Cache", (PyObject *)&cache_type) < 0) {
+		Py_DECREF(&cache_type);
+		return -1;
+	}
+	Py_INCREF(&batch_type);
+	if (PyModule_AddObject(module, "CacheBatch", (PyObject *)&batch_type) < 0) {
+		Py_DECREF(&batch_type);
+		return -1;
+	}
 	return 0;
 }

@@ -46,6 +46,10 @@ int ember_py_db_get(PyObject *obj, ember_db **db);
  * is counted, so the store is never closed under a holder.
  */
 void ember_py_db_hold(PyObject *obj, int delta);
+/* The handle of an open _ember.Db (store.c), for the layers that open their objects
+ * over a store (a cache, a graph buffer): borrowed, valid while the Db is open and
+ * referenced; NULL with TypeError (not a Db) or ember.StateError (closed) raised. */
+ember_db *emb_store_db(PyObject *db);
 
 /* ---- errors -------------------------------------------------------------------- */
 

@@ -426,6 +426,12 @@ static PyTypeObject db_type = {
 	.tp_new = PyType_GenericNew,
 };
 
+ember_db *emb_store_db(PyObject *obj)
+{
+	ember_db *db = NULL;
+	return ember_py_db_get(obj, &db) < 0 ? NULL : db;
+}
+
 /* ---- Session ------------------------------------------------------------------- */
 
 typedef struct {

@@ -8,8 +8,10 @@
  * Each configuration's median run (by throughput) is printed as a table row and
  * kept for the JSON file.
  *
- * --verify makes every value self-checking (value.h): each read during the runs is
- * checked, and after an engine's last run every key is read back once.
+ * --verify makes every value self-checking (value.h) and gives each key one writer
+ * for updates, so that each read during the runs is checked for the exact version
+ * it may return (value.h, "Exact versions"); after an engine's last run every key
+ * is read back once, at exactly its last version.
  * --disk-probe measures the disk's random-read rate (diskprobe.h) in the store
  * directory before the first engine and after the last, and the table puts each
  * run next to the first measurement.
@@ -211,8 +213,16 @@ static int bench_engine(session_state *st, const ycsb_engine *e, const char *bas
 	void *db = NULL;
 	double load_s = 0;
 	uint64_t verified = 0;
+	/* --verify: every loaded key's published version, and room for inserted ones */
+	uint64_t nversions = cfg->verify ? cfg->records + (UINT64_C(1) << 20) : 0;
+	_Atomic uint64_t *versions = NULL;
 	int rc;
 
+	if (nversions) {
+		versions = calloc(nversions, sizeof(*versions)); /* the load writes version 0 */
+		if (versions == NULL)
+			return -ENOMEM;
+	}
 	for (unsigned i = 0; i < cfg->nthreads; i++)
 		if (cfg->threads[i] > max_threads)
 			max_threads = cfg->threads[i];
@@ -220,6 +230,7 @@ static int bench_engine(session_state *st, const ycsb_engine *e, const char *bas
 	if (rc < 0) {
 		fprintf(stderr, "ember-ycsb: %s: cannot prepare %s/%s: %s\n", e->name, base,
 			e->name, strerror(-rc));
+		free(versions);
 		return rc;
 	}
 	p.dir = dir;
@@ -242,6 +253,7 @@ static int bench_engine(session_state *st, const ycsb_engine *e, const char *bas
 	if (rc < 0) {
 		fprintf(stderr, "ember-ycsb: %s: open %s: %s (%d)\n", e->name, dir,
 			e->strerror(rc), rc);
+		free(versions);
 		return rc;
 	}
 	printf("\n[%s] %s\n", e->name, settings);
@@ -271,6 +283,7 @@ static int bench_engine(session_state *st, const ycsb_engine *e, const char *bas
 				.pregen_ops = cfg->pregen, .key_size = cfg->key_size,
 				.value_size = cfg->value_size, .inserts = &inserts,
 				.verify = cfg->verify,
+				.versions = versions, .nversions = nversions,
 				.over_updates = cfg->batch_over_updates && batch > 1,
 			};
 			ycsb_result *res = &st->results[st->nresults];
@@ -293,7 +306,8 @@ static int bench_engine(session_state *st, const ycsb_engine *e, const char *bas
 	if (cfg->verify && rc == 0) {
 		uint64_t keys = ycsb_keyseq_count(&inserts), checked = 0;
 
-		rc = ycsb_verify_all(e, db, keys, cfg->key_size, cfg->value_size, &checked);
+		rc = ycsb_verify_all(e, db, keys, cfg->key_size, versions, nversions,
+				     cfg->value_size, &checked);
 		printf("[%s] verify: %" PRIu64 " values checked during the runs; read-back of "
 		       "all %" PRIu64 " keys: %s\n", e->name, verified, keys,
 		       rc == 0 ? "every value intact" : "FAILED");
@@ -319,6 +333,7 @@ undo_open:
 				rc = crc;
 		}
 	}
+	free(versions);
 	return rc;
 }
 

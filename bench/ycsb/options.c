@@ -83,8 +83,11 @@ static void usage(FILE *f)
 "                        only; hash index and cold-tier memory beside it)\n"
 "  --verify              write self-checking values (key number, version,\n"
 "                        generation, pattern; value size >= 24) and check every\n"
-"                        value read, then read every key back at the end; any\n"
-"                        wrong, torn or missing value fails the run (exit 1).\n"
+"                        value read, then read every key back at the end; each\n"
+"                        key has one updating thread (key mod threads); a read\n"
+"                        older than the version published before it began (a\n"
+"                        stale read), or any wrong, torn or missing value, fails\n"
+"                        the run (exit 1).\n"
 "                        For correctness tests, not for timing\n"
 "  --disk-probe          measure the disk's random 4 KiB O_DIRECT read rate\n"
 "                        (io_uring, queue depth 32) in the store directory before\n"
@@ -589,6 +592,15 @@ int ycsb_config_parse(int argc, char **argv, ycsb_config *cfg, int *exit_now)
 			YCSB_VERIFY_MIN_VALUE, cfg->value_size);
 		*exit_now = 1;
 		return 2;
+	}
+	for (unsigned i = 0; cfg->verify && i < cfg->nthreads; i++) {
+		if (cfg->records < cfg->threads[i]) {
+			/* every thread owns a loaded key to update (run.c, own_key) */
+			fprintf(stderr, "ember-ycsb: --verify needs --records >= --threads (%u)\n",
+				cfg->threads[i]);
+			*exit_now = 1;
+			return 2;
+		}
 	}
 	if (cfg->ops == 0 && cfg->seconds == 0) {
 		fprintf(stderr, "ember-ycsb: --ops 0 needs --seconds\n");

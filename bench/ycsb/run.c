@@ -17,11 +17,19 @@
  * key sequence), and the clock reads on sampled operations. With --verify, also
  * writing whole self-checking values and checking every value read (value.h):
  * a correctness mode, not one to time.
+ *
+ * --verify's exact versions (value.h): updates and read-modify-writes of key k are
+ * made by thread k % threads only (own_key), which publishes the version after the
+ * write returns; every read is checked against the versions published before it
+ * began and after it ended. EMBER_YCSB_STALE_READ=N (for the driver's own test)
+ * makes each thread serve its first read after N checked ones, of a key with a
+ * version above 0, as if from the previous version: the run must then fail.
  */
 #include "run.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +70,8 @@ typedef struct worker {
 	uint64_t notfound, errors, wraps;
 	uint64_t verified;        /* values checked (--verify) */
 	uint64_t gen_state;       /* draws the generations of this thread's writes */
+	uint64_t *before;         /* verify: published versions of a batch's keys */
+	uint64_t stale_at;        /* EMBER_YCSB_STALE_READ: 0 none, else 1 + N */
 	ycsb_hist hist[YCSB_LAT_CLASSES];
 } worker;
 
@@ -78,6 +88,7 @@ static void worker_free(worker *w)
 	free(w->caps);
 	free(w->vlens);
 	free(w->status);
+	free(w->before);
 }
 
 static void fill_random(unsigned char *p, size_t n, uint64_t seed)
@@ -105,7 +116,8 @@ static int worker_buffers(worker *w, unsigned batch, size_t key_size, size_t val
 	w->caps = calloc(batch, sizeof(*w->caps));
 	w->vlens = calloc(batch, sizeof(*w->vlens));
 	w->status = calloc(batch, sizeof(*w->status));
-	if (w->key_mem == NULL || w->ukey == NULL || w->val == NULL || w->read_mem == NULL || w->keys == NULL ||
+	w->before = calloc(batch, sizeof(*w->before));
+	if (w->before == NULL || w->key_mem == NULL || w->ukey == NULL || w->val == NULL || w->read_mem == NULL || w->keys == NULL ||
 	    w->klens == NULL || w->bufs == NULL || w->caps == NULL || w->vlens == NULL ||
 	    w->status == NULL)
 		return -1;
@@ -163,8 +175,9 @@ static inline int note_rc(worker *w, int rc, unsigned kind, uint64_t key)
  * described on stderr. Returns 0, YCSB_EVERIFY, or rc when rc is an engine error.
  */
 static int verify_read(worker *w, int rc, const unsigned char *buf, size_t vlen,
-		       uint64_t keyno)
+		       uint64_t keyno, uint64_t before)
 {
+	const ycsb_run_spec *s = w->spec;
 	char why[192];
 
 	if (rc < 0)
@@ -173,23 +186,70 @@ static int verify_read(worker *w, int rc, const unsigned char *buf, size_t vlen,
 		snprintf(why, sizeof(why), "absent, though it was loaded or inserted");
 	} else {
 		w->verified++;
-		if (ycsb_value_check(buf, vlen, w->spec->value_size, keyno, why,
-				     sizeof(why)) == 0)
+		if (ycsb_value_check(buf, vlen, s->value_size, keyno, why, sizeof(why)) < 0)
+			goto bad;
+		if (keyno >= s->nversions)
+			return 0;
+		uint64_t got = ycsb_get_le64(buf);
+		if (w->stale_at && w->verified >= w->stale_at && got > 0) {
+			got--; /* EMBER_YCSB_STALE_READ: as if the previous version */
+			w->stale_at = 0;
+		}
+		/* acquire: pairs with the owner's release after its write returned */
+		uint64_t after = atomic_load_explicit(&s->versions[keyno], memory_order_acquire);
+		if (ycsb_version_check(got, before, after, keyno % s->threads == w->idx, why,
+				       sizeof(why)) == 0)
 			return 0;
 	}
+bad:
 	if (w->errors == 0)
 		fprintf(stderr, "ember-ycsb: %s: verify: thread %u, key %llu: %s\n",
 			w->spec->engine->name, w->idx, (unsigned long long)keyno, why);
 	return YCSB_EVERIFY;
 }
 
-/* The value a write of key keyno stores: self-checking under --verify. */
+/* verify: the published version of keyno (0 past the table: not tracked). */
+static inline uint64_t version_of(const ycsb_run_spec *s, uint64_t keyno)
+{
+	if (!s->verify || keyno >= s->nversions)
+		return 0;
+	/* acquire: pairs with the owner's release after its write returned */
+	return atomic_load_explicit(&s->versions[keyno], memory_order_acquire);
+}
+
+/* verify: a write of keyno (made by its owner) returned with version v. */
+static inline void version_publish(const ycsb_run_spec *s, uint64_t keyno, uint64_t v)
+{
+	if (s->verify && keyno < s->nversions)
+		/* release: a read that loads v began after the write of v returned */
+		atomic_store_explicit(&s->versions[keyno], v, memory_order_release);
+}
+
+/* verify: the key an update or read-modify-write drawn as keyno goes to: the
+ * nearest key at or below keyno that thread idx owns (k % threads == idx), or idx
+ * itself (keys 0 .. threads-1 are loaded: options.c checks records >= threads). */
+static inline uint64_t own_key(const worker *w, uint64_t keyno)
+{
+	const ycsb_run_spec *s = w->spec;
+	uint64_t t = s->threads, k;
+
+	if (!s->verify)
+		return keyno;
+	k = keyno - keyno % t + w->idx;
+	if (k > keyno)
+		k = keyno >= t ? k - t : w->idx;
+	return k;
+}
+
+/* The value a write of key keyno stores: self-checking under --verify, with the
+ * key's next version (the caller owns the key). */
 static inline void write_value(worker *w, uint64_t keyno, uint64_t stamp)
 {
 	const ycsb_run_spec *s = w->spec;
 
 	if (s->verify)
-		ycsb_value_fill(w->val, s->value_size, keyno, ycsb_splitmix64(&w->gen_state));
+		ycsb_value_fill(w->val, s->value_size, keyno, ycsb_splitmix64(&w->gen_state),
+				version_of(s, keyno) + 1);
 	else
 		stamp_value(w->val, s->value_size, stamp);
 }
@@ -200,7 +260,7 @@ static inline void write_value(worker *w, uint64_t keyno, uint64_t stamp)
 static int update_may_pass(const worker *w, uint64_t i, uint64_t k)
 {
 	const ycsb_run_spec *s = w->spec;
-	uint64_t keyno = op_key(w->ops[i], s->inserts);
+	uint64_t keyno = own_key(w, op_key(w->ops[i], s->inserts));
 
 	for (uint64_t j = 0; j < k; j++)
 		if (ycsb_get_le64(w->keys[j]) == keyno)
@@ -232,7 +292,7 @@ static uint64_t run_read_batch(worker *w, void *ctx, uint64_t pos, uint64_t room
 		if (!s->over_updates || ycsb_op_kind(op) != YCSB_OP_UPDATE ||
 		    !update_may_pass(w, pos + n, k))
 			break;
-		uint64_t keyno = op_key(op, s->inserts), u0 = 0;
+		uint64_t keyno = own_key(w, op_key(op, s->inserts)), u0 = 0;
 		int usample = (w->usamples++ & (YCSB_SAMPLE_EVERY - 1)) == 0;
 
 		ycsb_key_format(w->ukey, keyno);
@@ -242,12 +302,17 @@ static uint64_t run_read_batch(worker *w, void *ctx, uint64_t pos, uint64_t room
 		rc = e->update(ctx, w->ukey, s->key_size, w->val, s->value_size);
 		if (usample)
 			ycsb_hist_add(&w->hist[YCSB_OP_UPDATE], ycsb_now_ns() - u0);
+		if (rc == 0)
+			version_publish(s, keyno, version_of(s, keyno) + 1);
 		*stop = note_rc(w, rc, YCSB_OP_UPDATE, keyno);
 		w->done[YCSB_OP_UPDATE]++;
 		n++;
 	}
 	if (k == 0)
 		return n;
+	if (s->verify)
+		for (uint64_t i = 0; i < k; i++)
+			w->before[i] = version_of(s, ycsb_get_le64(w->keys[i]));
 	if (sample)
 		t0 = ycsb_now_ns();
 	if (e->read_batch != NULL) {
@@ -270,7 +335,7 @@ static uint64_t run_read_batch(worker *w, void *ctx, uint64_t pos, uint64_t room
 		int st = w->status[i];
 
 		if (s->verify)
-			st = verify_read(w, st, w->bufs[i], w->vlens[i], keyno);
+			st = verify_read(w, st, w->bufs[i], w->vlens[i], keyno, w->before[i]);
 		if (note_rc(w, st, YCSB_OP_READ, keyno))
 			*stop = 1;
 	}
@@ -325,6 +390,8 @@ static void run_ops(worker *w, void *ctx)
 			}
 		} else {
 			keyno = op_key(op, s->inserts);
+			if (kind != YCSB_OP_READ)
+				keyno = own_key(w, keyno);
 		}
 		ycsb_key_format(key, keyno);
 		if (sample)
@@ -332,23 +399,32 @@ static void run_ops(worker *w, void *ctx)
 		switch (kind) {
 		case YCSB_OP_READ: {
 			size_t vlen;
+			uint64_t before = version_of(s, keyno);
 
 			rc = e->read(ctx, key, s->key_size, w->bufs[0], cap, &vlen);
 			if (s->verify)
-				rc = verify_read(w, rc, w->bufs[0], vlen, keyno);
+				rc = verify_read(w, rc, w->bufs[0], vlen, keyno, before);
 			break;
 		}
 		case YCSB_OP_UPDATE:
 			write_value(w, keyno, done);
 			rc = e->update(ctx, key, s->key_size, w->val, s->value_size);
+			if (rc == 0)
+				version_publish(s, keyno, version_of(s, keyno) + 1);
 			break;
 		case YCSB_OP_INSERT:
-			write_value(w, keyno, keyno);
+			if (s->verify) /* a new key: version 0 */
+				ycsb_value_fill(w->val, s->value_size, keyno,
+						ycsb_splitmix64(&w->gen_state), 0);
+			else
+				stamp_value(w->val, s->value_size, keyno);
 			rc = e->insert(ctx, key, s->key_size, w->val, s->value_size);
 			ycsb_keyseq_ack(s->inserts, keyno);
 			break;
 		default:
 			rc = e->rmw(ctx, key, s->key_size, s->value_size);
+			if (rc == 0) /* the owner's rmw adds 1 to its own last version */
+				version_publish(s, keyno, version_of(s, keyno) + 1);
 			break;
 		}
 		if (sample)
@@ -378,6 +454,8 @@ static void *run_worker(void *arg)
 		w->nops = s->ops / s->threads + (w->idx < s->ops % s->threads);
 	else
 		w->nops = s->pregen_ops;
+	if (s->verify && getenv("EMBER_YCSB_STALE_READ") != NULL)
+		w->stale_at = strtoull(getenv("EMBER_YCSB_STALE_READ"), NULL, 10) + 1;
 	if (w->rc == 0) {
 		ycsb_pregen p = { s->wl, s->dist, s->theta, s->key_count, s->threads, 0 };
 		uint64_t t0 = ycsb_now_ns();
@@ -562,7 +640,7 @@ static void *load_worker(void *arg)
 	for (uint64_t k = l->first; rc == 0 && k < l->end; k++) {
 		ycsb_key_format(key, k);
 		if (l->verify)
-			ycsb_value_fill(val, l->value_size, k, ycsb_splitmix64(&gen_state));
+			ycsb_value_fill(val, l->value_size, k, ycsb_splitmix64(&gen_state), 0);
 		else
 			stamp_value(val, l->value_size, k);
 		rc = l->e->insert(ctx, key, l->key_size, val, l->value_size);
@@ -615,6 +693,7 @@ int ycsb_load(const ycsb_engine *e, void *db, uint64_t records, size_t key_size,
 /* ---- --verify: the final read-back of every key ---- */
 
 int ycsb_verify_all(const ycsb_engine *e, void *db, uint64_t keys, size_t key_size,
+		    const _Atomic uint64_t *versions, uint64_t nversions,
 		    size_t value_size, uint64_t *checked)
 {
 	size_t cap = value_size + READ_SLACK;
@@ -636,7 +715,13 @@ int ycsb_verify_all(const ycsb_engine *e, void *db, uint64_t keys, size_t key_si
 			rc = YCSB_EVERIFY;
 		} else if (rc == 0) {
 			++*checked;
-			if (ycsb_value_check(buf, vlen, value_size, k, why, sizeof(why)) < 0) {
+			if (ycsb_value_check(buf, vlen, value_size, k, why, sizeof(why)) < 0 ||
+			    (k < nversions &&
+			     /* relaxed: every writer was joined before this read-back */
+			     ycsb_version_check(ycsb_get_le64(buf),
+						atomic_load_explicit(&versions[k], memory_order_relaxed),
+						atomic_load_explicit(&versions[k], memory_order_relaxed),
+						1, why, sizeof(why)) < 0)) {
 				fprintf(stderr, "ember-ycsb: %s: verify: key %llu: %s\n",
 					e->name, (unsigned long long)k, why);
 				rc = YCSB_EVERIFY;

@@ -45,6 +45,13 @@ typedef struct ycsb_run_spec {
 	uint64_t seed;
 	int verify;            /* write self-checking values, check every value read
 				  (value.h); an absent key then counts as a failure */
+	/* verify: the published version of keys 0 .. nversions-1 (value.h, "Exact
+	 * versions"), shared by every run over one store; keys past nversions get the
+	 * value check only. Updates and read-modify-writes of key k are made by
+	 * thread k % threads alone (another thread's draw of k goes to the nearest
+	 * key at or below it that the thread owns). */
+	_Atomic uint64_t *versions;
+	uint64_t nversions;
 } ycsb_run_spec;
 
 #define YCSB_MAX_REPEAT 99
@@ -104,6 +111,7 @@ int ycsb_load(const ycsb_engine *e, void *db, uint64_t records, size_t key_size,
  * absent value (reported on stderr), or the engine's error.
  */
 int ycsb_verify_all(const ycsb_engine *e, void *db, uint64_t keys, size_t key_size,
+		    const _Atomic uint64_t *versions, uint64_t nversions,
 		    size_t value_size, uint64_t *checked);
 
 /* "read", "update", "insert", "rmw", "read_batch" for a latency class / fail_kind. */

@@ -7,9 +7,10 @@
  * wrong one (another key's), a torn one (bytes of two writes) or a truncated one:
  *
  *   offset  size      meaning
- *   0       8         version: 0 when written by the load, an insert or an update;
- *                     each read-modify-write adds 1 (ycsb_value_modify() counts in
- *                     these bytes, the same code for every engine)
+ *   0       8         version: the key's write counter. 0 when written by the load
+ *                     or an insert; an update writes the key's last version + 1,
+ *                     and a read-modify-write adds 1 (ycsb_value_modify() counts
+ *                     in these bytes, the same code for every engine)
  *   8       8         key number
  *   16      8         generation: a number drawn afresh by each load / insert /
  *                     update write (read-modify-writes keep it)
@@ -18,6 +19,15 @@
  *
  * All fields are little-endian. A value must be exactly the configured size, so
  * --verify needs --value-size >= YCSB_VERIFY_MIN_VALUE.
+ *
+ * Exact versions (run.c): under --verify every key has one writer for updates and
+ * read-modify-writes, the run thread key % threads, so its versions go 0, 1, 2, ...
+ * with no gaps. The owner publishes each version (an atomic store) after the write
+ * returns; a read loads the published version before it begins and after it ends
+ * and checks the version it got with ycsb_version_check(): never older than the
+ * one published before it began (a stale read), exactly that one when the reader
+ * is the key's owner, and never past one above the one published when it ended (a
+ * version never written). The final read-back wants exactly the last version.
  *
  * A torn value is caught when the tear separates bytes 16..23 from any later
  * byte (the pattern then belongs to another generation), or the key bytes from the
@@ -61,10 +71,12 @@ static inline uint64_t ycsb_value_pattern(uint64_t key, uint64_t gen, uint64_t i
 	return ycsb_splitmix64(&x);
 }
 
-/* Write a version-0 value of `size` (>= YCSB_VERIFY_MIN_VALUE) bytes for key. */
-static inline void ycsb_value_fill(unsigned char *v, size_t size, uint64_t key, uint64_t gen)
+/* Write a value of `size` (>= YCSB_VERIFY_MIN_VALUE) bytes for key, its version
+ * `version` and generation gen. */
+static inline void ycsb_value_fill(unsigned char *v, size_t size, uint64_t key, uint64_t gen,
+				   uint64_t version)
 {
-	ycsb_put_le64(v, 0);
+	ycsb_put_le64(v, version);
 	ycsb_put_le64(v + 8, key);
 	ycsb_put_le64(v + 16, gen);
 	for (size_t off = 24, i = 0; off < size; off += 8, i++) {
@@ -111,6 +123,37 @@ static inline int ycsb_value_check(const unsigned char *v, size_t vlen, size_t s
 				return -1;
 			}
 		}
+	}
+	return 0;
+}
+
+/*
+ * Check the version `got` a read returned (bytes 0..7 of a value that passed
+ * ycsb_value_check) against the key's published versions: `before`, loaded before
+ * the read began, and `after`, loaded after it returned; own: the reader is the
+ * key's owning writer (nothing else writes the key, so nothing is in flight).
+ * 0, or -1 with a one-line reason in why.
+ */
+static inline int ycsb_version_check(uint64_t got, uint64_t before, uint64_t after, int own,
+				     char *why, size_t cap)
+{
+	if (got < before) {
+		snprintf(why, cap, "stale read: version %llu, but version %llu had been "
+			 "written (its write returned) before the read began",
+			 (unsigned long long)got, (unsigned long long)before);
+		return -1;
+	}
+	if (own && got != before) {
+		snprintf(why, cap, "the owning writer read version %llu of its key, want "
+			 "exactly %llu, its own last write", (unsigned long long)got,
+			 (unsigned long long)before);
+		return -1;
+	}
+	if (got > after + 1) {
+		snprintf(why, cap, "version %llu was never written (the key's writer had "
+			 "reached %llu when the read ended, one more at most in flight)",
+			 (unsigned long long)got, (unsigned long long)after);
+		return -1;
 	}
 	return 0;
 }

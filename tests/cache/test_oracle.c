@@ -29,6 +29,12 @@
  * The last rounds use batches of hundreds of distinct rows, longer than the
  * distance the plan prefetches ahead, so its prefetching and split admission passes
  * (victims chosen first, per-row state written after) run on long batches too.
+ *
+ * Then fixed scenarios of the pinned-row rule (oracle.c, "Pinned rows"), where the
+ * plan's victim is known exactly: a pinned row with no next use and an unpinned
+ * row with one: the unpinned one goes (step 2), though Belady alone would take
+ * the other; with nothing pinned, Belady's victim; with both pinned, the one with
+ * no next use (step 3).
  */
 #include "cache/oracle.h"
 #include "ember.h"
@@ -233,9 +239,69 @@ static void plan_and_check(struct oracle *o, struct tb *b, uint32_t p, uint32_t 
 	}
 }
 
+/*
+ * Capacity 2, rows A=10, B=11, C=12, D=13 of one table; batches 0: {B}, 1: {A},
+ * 2: {C}, 3: {B} (D only in the last scenario), all linked before any plan.
+ * Batches 0 and 1 are planned with nothing pinned (two admissions into empty
+ * slots); batch 2 then needs a victim among A (last use 1, no next use) and B
+ * (last use 0, next use 3), planned with `pinned`: rows last used by batch
+ * `pinned` or later are pinned. Returns the victim's row.
+ */
+static uint64_t pinned_victim(uint32_t pinned, int b_in_batch1)
+{
+	uint64_t rows = 16;
+	struct oracle *o = NULL;
+	CHECK_OK(oracle_create(&o, 1, &rows, 2, 8));
+	struct urow u[4][2] = {{{0, 0, 11}}, {{0, 0, 10}, {0, 0, 11}}, {{0, 0, 12}}, {{0, 0, 11}}};
+	uint32_t n[4] = {1, b_in_batch1 ? 2 : 1, 1, 1};
+	struct onext next[4][2];
+	uint32_t slot[4][2];
+	struct omiss miss[4][2];
+	struct obatch ob[4];
+	for (uint32_t i = 0; i < 4; i++) {
+		ob[i] = (struct obatch){.seq = i, .nuniq = n[i], .uniq = u[i], .next = next[i],
+					.slot = slot[i], .miss = miss[i]};
+		oracle_link(o, &ob[i]);
+	}
+	oracle_plan(o, &ob[0], ORACLE_NONE);
+	oracle_plan(o, &ob[1], ORACLE_NONE);
+	CHECK(oracle_resident(o) == 2, "two rows resident, got %llu",
+	      (unsigned long long)oracle_resident(o));
+	oracle_plan(o, &ob[2], pinned);
+	int crc = oracle_check(o);
+	CHECK(crc == 0, "oracle_check: line %d", -crc);
+	CHECK(ob[2].nmiss == 1 && ob[2].miss[0].vlast != ORACLE_NONE, "batch 2: one eviction, "
+	      "got %u admissions", ob[2].nmiss);
+	uint64_t v = ob[2].miss[0].vrow;
+	oracle_destroy(o);
+	return v;
+}
+
+static void pinned_scenarios(void)
+{
+	/* A pinned (batch 1 unreleased), B not: B goes, though its next use is known */
+	uint64_t v = pinned_victim(1, 0);
+	CHECK(v == 11, "pinned A (no next use) and unpinned B (next use 3): the plan evicted "
+	      "row %llu, want the unpinned B (11)", (unsigned long long)v);
+	/* nothing pinned: Belady's victim, A (no next use) */
+	v = pinned_victim(ORACLE_NONE, 0);
+	CHECK(v == 10, "nothing pinned: evicted row %llu, want A (10), no next use",
+	      (unsigned long long)v);
+	/* batches 0 and 1 released (pinned = 2): A and B unpinned: Belady's A */
+	v = pinned_victim(2, 0);
+	CHECK(v == 10, "nothing pinned (pinned = 2): evicted row %llu, want A (10)",
+	      (unsigned long long)v);
+	/* both pinned (B used by batch 1 too): the one with no next use, A (step 3) */
+	v = pinned_victim(1, 1);
+	CHECK(v == 10, "A and B both pinned: evicted row %llu, want A (10), no next use",
+	      (unsigned long long)v);
+	printf("pinned scenarios: ok\n");
+}
+
 int main(int argc, char **argv)
 {
 	tu_init("cache_oracle", argc, argv);
+	pinned_scenarios();
 	tu_rng *rng = tu_rng_global();
 	uint64_t rounds = tu_scaled(1500), big_rounds = tu_scaled(200);
 	for (uint64_t round = 0; round < rounds + big_rounds; round++) {

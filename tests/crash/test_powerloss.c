@@ -25,7 +25,10 @@
  * at points inside other checkpoints, and at points drawn over the whole run.
  * Floors on what happened are asserted at the end.
  *
- *   test_powerloss [--soak]      (EMBER_TEST_SCALE shrinks it; the seed is printed)
+ * With `seg` the logs are segment files (log_segment_bytes): each fsync then covers
+ * a range of files, and their creation and removal need the directory's fsync.
+ *
+ *   test_powerloss [seg] [--soak]   (EMBER_TEST_SCALE shrinks it; the seed is printed)
  */
 #include <ember.h>
 
@@ -49,6 +52,7 @@
 #define VBUF (40u << 10)
 
 static uint64_t NOPS;      /* main-thread operations per run */
+static int SEG;            /* the logs in segment files */
 static char root[512];
 
 /* ---- the workload: deterministic per (run seed, thread) ---- */
@@ -135,6 +139,8 @@ static void opts(ember_options *o)
 	o->cold_log_memory = 1u << 20;
 	o->cold_index_chunks = 1u << 7;
 	o->io_queue_depth = 32;
+	if (SEG)
+		o->log_segment_bytes = 32u << 20; /* the smallest allowed */
 }
 
 /* ---- one run ---- */
@@ -307,7 +313,11 @@ static const char *const steps[] = {"hot.index", "hot.log", "cold.table", "meta.
 int main(int argc, char **argv)
 {
 	tu_init("powerloss", argc, argv);
-	int soak = argc > 1 && !strcmp(argv[1], "--soak");
+	int soak = 0;
+	for (int i = 1; i < argc; i++) {
+		soak |= !strcmp(argv[i], "--soak");
+		SEG |= !strcmp(argv[i], "seg");
+	}
 	NOPS = tu_scaled(soak ? 3000 : 1200);
 	if (NOPS < 2 * CMP_EVERY)
 		NOPS = 2 * CMP_EVERY;

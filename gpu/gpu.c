@@ -254,6 +254,21 @@ int ember_gpu_stream_create(ember_gpu *g, ember_gpu_stream **out)
 	return 0;
 }
 
+int ember_gpu_stream_wrap(ember_gpu *g, void *handle, ember_gpu_stream **out)
+{
+	if (!g || !out || !EG_CUDA(g))
+		return EMBER_EINVAL;
+	ember_gpu_stream *s = em_zalloc(sizeof(*s));
+	if (!s)
+		return EMBER_ENOMEM;
+	s->g = g;
+	s->foreign = true;
+	s->cs = handle; /* NULL: the legacy default stream */
+	eg_live_add(g, 1);
+	*out = s;
+	return 0;
+}
+
 int ember_gpu_stream_destroy(ember_gpu_stream *s)
 {
 	if (!s)
@@ -262,12 +277,14 @@ int ember_gpu_stream_destroy(ember_gpu_stream *s)
 		return EMBER_EINVAL;
 	ember_gpu *g = s->g;
 	int rc = 0;
+	if (!s->foreign) { /* a wrapped stream is the caller's: only the wrapper goes */
 #ifdef EMBER_HAVE_CUDA
-	if (EG_CUDA(g))
-		rc = egc_stream_destroy(&g->dev, s->cs); /* lets queued work finish on the device */
-	else
+		if (EG_CUDA(g))
+			rc = egc_stream_destroy(&g->dev, s->cs); /* lets queued work finish */
+		else
 #endif
-		hs_stream_destroy(s->hs);
+			hs_stream_destroy(s->hs);
+	}
 	/* freed and counted out even if the device failed (see the top of the file) */
 	em_free(s, sizeof(*s));
 	eg_live_add(g, -1);

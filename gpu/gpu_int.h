@@ -28,6 +28,8 @@
 struct ember_gpu_stream {
 	ember_gpu *g;
 	bool builtin;  /* one of the context's own streams */
+	bool foreign;  /* CUDA: wraps a stream Ember does not own (ember_gpu_stream_wrap):
+			  destroy frees the wrapper, never cs */
 	hs_stream *hs; /* host backend */
 	void *cs;      /* CUDA: cudaStream_t */
 };

@@ -205,9 +205,27 @@ int ember_gpu_stream_get(ember_gpu *g, int kind, uint32_t index, ember_gpu_strea
 /* A new stream, owned by the caller (ember_gpu_stream_destroy). */
 int ember_gpu_stream_create(ember_gpu *g, ember_gpu_stream **out);
 
+/*
+ * CUDA backend: a stream object around a cudaStream_t the caller owns (handle; NULL
+ * is the legacy default stream, cudaStreamPerThread the per-thread one), e.g.
+ * PyTorch's torch.cuda.current_stream().cuda_stream, so that Ember's calls
+ * (stream_wait_event, event_record, gather, scatter-apply, copies, host functions,
+ * synchronize) enqueue on the trainer's own stream. The handle must be a stream of
+ * the context's device (its primary context, where PyTorch's streams live);
+ * Ember does not check it, and a stream of another device fails in the CUDA
+ * runtime (EMBER_EINVAL or EMBER_EIO) when used. NON-OWNING: the caller keeps the
+ * foreign stream alive while the wrapper is used; ember_gpu_stream_destroy frees
+ * the wrapper only (it neither waits for nor destroys the foreign stream). The
+ * wrapper counts as an object of the context (ember_gpu_close is EMBER_EBUSY until
+ * it is destroyed). Host backend: EMBER_EINVAL (it has no foreign streams).
+ */
+int ember_gpu_stream_wrap(ember_gpu *g, void *handle, ember_gpu_stream **out);
+
 /* Let the stream's enqueued work finish (host backend: waits; CUDA: the device
  * finishes it in the background), then free it. Accepts NULL. The stream is freed
- * even when the device reports an error (returned). */
+ * even when the device reports an error (returned). A wrapped stream
+ * (ember_gpu_stream_wrap): only the wrapper is freed, the foreign stream is left
+ * as it is. The context's own streams: EMBER_EINVAL. */
 int ember_gpu_stream_destroy(ember_gpu_stream *s);
 
 /* Block until everything enqueued on s so far has run. */

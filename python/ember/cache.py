@@ -9,6 +9,13 @@ batch order. ``include/ember_cache.h`` is the contract underneath.
 
 Threads: one loader thread may push while one trainer thread acquires, applies and
 releases (the two roles of the C cache); ``stats()`` may be called from any thread.
+
+GPU slots (``slots="gpu"``): the slots are an ember_gpu arena (device memory on the
+CUDA backend; host memory on the host backend, which runs the same calls everywhere).
+A batch then gives ``device_memory`` (``__cuda_array_interface__`` or, host backend,
+``__array_interface__``), ``wait(stream)``, ``apply_device(grads, ...)`` and
+``release(dirty, done_stream=stream)``; streams are raw ``cudaStream_t`` handles (an
+int, or a ``torch.cuda.Stream``).
 """
 
 from __future__ import annotations
@@ -29,6 +36,10 @@ _STORAGE = {"fp32": 0, "fp16": 1}
 _OPTIMIZER = {"none": 0, "sgd": 0, "adagrad": 1, "rowwise_adagrad": 2}
 _TABLE_INIT = {"cache": 0, "zero": 1, "uniform": 2}
 _CACHE_INIT = {"zero": 0, "uniform": 1}
+_SLOTS = {"host": 0, "gpu": 1}
+_GPU_BACKEND = {"auto": 0, "host": 1, "cuda": 2}
+_GPU_OPT = {"sgd": 1, "adagrad": 2}
+_ESTATE = -30011
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,7 +162,8 @@ class Batch:
     was opened with arrays="torch" (or "auto" with torch imported).
     """
 
-    __slots__ = ("_cache", "_view", "_number", "_slots", "_offsets", "_tables", "_alive")
+    __slots__ = ("_cache", "_view", "_number", "_slots", "_offsets", "_tables", "_alive",
+                 "_devmem", "_nlookups")
 
     def __init__(self, cache: "EmbeddingCache", view: Any) -> None:
         self._cache = cache
@@ -167,10 +179,18 @@ class Batch:
         self._offsets = offsets
         self._tables = tuple(view.tables)
         self._alive = True
+        self._devmem = None
+        self._nlookups = int(len(slots))
 
     def _check(self) -> None:
         if not self._alive:
-            raise StateError(-30011, f"batch {self._number} was released")
+            raise StateError(_ESTATE, f"batch {self._number} was released")
+
+    def _check_gpu(self) -> None:
+        self._check()
+        if not self._cache.gpu_slots:
+            raise ValueError("the cache's slots are in host memory (slots='host'): the "
+                             "device calls need slots='gpu'")
 
     @property
     def number(self) -> int:
@@ -202,6 +222,86 @@ class Batch:
     def memory(self) -> Any:
         self._check()
         return self._cache.memory
+
+    # ---- GPU slots ----
+
+    @property
+    def device_memory(self) -> Any:
+        """GPU slots: the arena, float32 (nslots, stride), as an object exposing
+        ``__cuda_array_interface__`` (v3, stream None: order your stream with wait()
+        first) on the CUDA backend, ``__array_interface__`` on the host backend
+        (numpy.asarray reads it in place). Slot s's row is [s, :dim]; a narrower
+        table's row is followed by zeros (keep them zero), then the Adagrad state.
+        Its interfaces raise StateError after release; the cache refuses to close
+        while the object lives."""
+        self._check_gpu()
+        if self._devmem is None:
+            self._devmem = self._cache._c.device_memory(self._view)
+        return self._devmem
+
+    @property
+    def nlookups(self) -> int:
+        self._check()
+        return self._nlookups
+
+    @property
+    def arena_dim(self) -> int:
+        """GPU slots: floats per row of the arena (the widest table's dim): the width
+        of apply_device's gradient rows."""
+        self._check_gpu()
+        return self._cache.device_info()["dim"]
+
+    def wait(self, stream: Any = None) -> None:
+        """GPU slots: make `stream` (a cudaStream_t handle, 0 = the legacy default
+        stream, or a torch.cuda.Stream) wait until the batch's rows are in the arena,
+        without blocking the host (CUDA). stream None, or the host backend: the host
+        waits."""
+        self._check_gpu()
+        self._cache._c.wait(self._view, _stream_handle(stream))
+
+    def apply_device(self, grads: Any, lr: float, eps: float = 0.0,
+                     optimizer: Optional[str] = None, stream: Any = None) -> None:
+        """GPU slots: apply SGD or Adagrad to the batch's rows on the device.
+
+        grads: float32 (nlookups, arena_dim), C-contiguous, one gradient row per
+        lookup (parts one after another, as slots), a narrower table's rows padded
+        with zeros; an object exposing __cuda_array_interface__ (CUDA backend) or
+        __array_interface__ (host backend; torch CPU tensors too), or a raw device
+        pointer (int). Gradients of one row are summed in lookup order, then the row
+        is updated once (ember_gpu_scatter_apply_grouped with the batch's groups).
+        optimizer: "sgd" or "adagrad" (None: as the tables keep state); lr > 0.
+        stream: the stream to run on (after the batch's `ready`); None: the stream
+        of the gradients' __cuda_array_interface__ if it names one, else Ember's
+        own stream after the default stream, and the call waits for it. The
+        gradients' memory must stay valid until the stream has run the update (a
+        tensor made on that stream is). ValueError for a bad shape, dtype,
+        layout or a NULL pointer.
+        """
+        self._check_gpu()
+        if optimizer is not None and optimizer not in _GPU_OPT:
+            raise ValueError(f"optimizer must be one of {sorted(_GPU_OPT)}")
+        info = self._cache.device_info()
+        ptr, istream, keep = _device_rows(grads, self._nlookups, info["dim"],
+                                          info["backend"] == "cuda", self._cache.gpu_device)
+        handle = _stream_handle(stream)
+        if handle is None:
+            handle = istream
+        self._cache._c.apply_device(self._view, ptr, float(lr), float(eps),
+                                    _GPU_OPT[optimizer] if optimizer else 0, handle)
+        del keep
+
+    def release(self, dirty: bool = True, done_stream: Any = None) -> None:
+        """Hand the batch back; dirty=False says its rows were not changed.
+
+        GPU slots: done_stream is the stream of the trainer's last work on the
+        batch's rows (an event is recorded there and the cache orders its later
+        copies after it, without blocking); None: that work has completed, or ran
+        on Ember's stream or the default stream, which the call waits for."""
+        self._check()
+        self._cache._c.release(self._view, bool(dirty), _stream_handle(done_stream))
+        self._alive = False
+        self._view = None
+        self._devmem = None
 
     def part_slots(self, part: int) -> Any:
         """int64 (n,): the slots of part `part`'s lookups, in the order pushed."""
@@ -237,13 +337,6 @@ class Batch:
         self._cache._c.apply(self._view, int(part), grads, float(lr), float(eps),
                              float(weight_decay))
 
-    def release(self, dirty: bool = True) -> None:
-        """Hand the batch back; dirty=False says its rows were not changed."""
-        self._check()
-        self._cache._c.release(self._view, bool(dirty))
-        self._alive = False
-        self._view = None
-
     @property
     def released(self) -> bool:
         return not self._alive
@@ -275,12 +368,20 @@ class EmbeddingCache:
     init, init_scale, init_seed: the value of rows the store does not hold, for
         tables whose init is "cache": "zero" or "uniform".
     arrays: "numpy", "torch", or "auto" (torch tensors when torch is imported).
+    slots: "host" (the default) or "gpu": the slots in an ember_gpu arena, used
+        through Batch.device_memory, wait, apply_device and release(done_stream)
+        (memory and apply are for host slots). The tables must share one optimizer,
+        "none" (SGD) or "adagrad".
+    gpu_backend: with GPU slots, "auto" (CUDA when built with it and the device
+        exists, else host), "cuda", or "host" (plain memory and worker threads:
+        the same calls without a GPU). gpu_device: the CUDA device ordinal.
     """
 
     def __init__(self, store: Any, tables: Sequence[Table], capacity: int = 0,
                  window: int = 0, prefetch_batches: int = 0, prefetch_depth: int = 0,
                  init: str = "zero", init_scale: float = 0.0, init_seed: int = 0,
-                 arrays: str = "auto") -> None:
+                 arrays: str = "auto", slots: str = "host", gpu_backend: str = "auto",
+                 gpu_device: int = 0) -> None:
         tables = tuple(tables)
         if not tables:
             raise ValueError("a cache needs at least one table")
@@ -294,16 +395,35 @@ class EmbeddingCache:
             raise ValueError(f"init must be one of {sorted(_CACHE_INIT)}")
         if arrays not in ("numpy", "torch", "auto"):
             raise ValueError("arrays must be 'numpy', 'torch' or 'auto'")
+        if slots not in _SLOTS:
+            raise ValueError(f"slots must be one of {sorted(_SLOTS)}")
+        if gpu_backend not in _GPU_BACKEND:
+            raise ValueError(f"gpu_backend must be one of {sorted(_GPU_BACKEND)}")
+        if int(gpu_device) < 0:
+            raise ValueError("gpu_device must be >= 0")
+        gpu = slots == "gpu"
+        if not gpu and (gpu_backend != "auto" or int(gpu_device) != 0):
+            raise ValueError("gpu_backend and gpu_device need slots='gpu'")
+        if gpu:
+            opts = {t.optimizer.replace("sgd", "none") for t in tables}
+            if len(opts) > 1 or opts & {"rowwise_adagrad"}:
+                raise ValueError("GPU slots need every table to keep the same optimizer "
+                                 "state, 'none' (SGD) or 'adagrad'")
         self.store = store
         self.tables: Tuple[Table, ...] = tables
         self._index = {t.name: i for i, t in enumerate(tables)}
         self._torch = _wants_torch(arrays)
         self._memory = None
+        self.gpu_slots = gpu
+        self.gpu_device = int(gpu_device)
+        self._device_info = None
         self._c = _ember.Cache(
             store._db, [t._c_spec() for t in tables], names=names,
             capacity=int(capacity), window=int(window),
             prefetch_batches=int(prefetch_batches), prefetch_depth=int(prefetch_depth),
-            init=_CACHE_INIT[init], init_scale=float(init_scale), init_seed=int(init_seed))
+            init=_CACHE_INIT[init], init_scale=float(init_scale), init_seed=int(init_seed),
+            slots=_SLOTS[slots], gpu_backend=_GPU_BACKEND[gpu_backend] if gpu else 0,
+            gpu_device=int(gpu_device) if gpu else 0)
         store._children.add(self)  # store.close() closes (flushes) the cache first
 
     # ---- tables ----
@@ -367,6 +487,13 @@ class EmbeddingCache:
         if view is None:
             return None
         return Batch(self, view)
+
+    def device_info(self) -> dict:
+        """GPU slots, after the first acquire: the arena's {"backend": "cuda" or
+        "host", "dim", "state_floats", "stride", "nslots", "ptr"}."""
+        if self._device_info is None:
+            self._device_info = self._c.gpu_info()
+        return self._device_info
 
     @property
     def memory(self) -> Any:
@@ -436,6 +563,76 @@ class EmbeddingCache:
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{len(self.tables)} tables"
         return f"<ember.EmbeddingCache ({state})>"
+
+
+def _stream_handle(stream: Any) -> Optional[int]:
+    """A cudaStream_t as an int: None, an int, or an object with .cuda_stream (a
+    torch.cuda.Stream)."""
+    if stream is None:
+        return None
+    if hasattr(stream, "cuda_stream"):
+        stream = stream.cuda_stream
+    if isinstance(stream, bool) or not isinstance(stream, int):
+        raise TypeError(f"a stream must be an int handle, a torch.cuda.Stream or None, not "
+                        f"{type(stream).__name__}")
+    if stream < 0:
+        raise ValueError(f"stream handle {stream} is negative")
+    return stream
+
+
+def _device_rows(grads: Any, n: int, dim: int, cuda: bool,
+                 device: int) -> Tuple[int, Optional[int], Any]:
+    """(pointer, the interface's stream or None, object to keep alive) of float32
+    (n, dim) C-contiguous gradients, checked; ValueError / TypeError otherwise."""
+    if isinstance(grads, bool):
+        raise TypeError("grads must be an array, a tensor or a device pointer (int)")
+    if isinstance(grads, int):
+        if grads <= 0 and n > 0:
+            raise ValueError("grads: NULL (or negative) device pointer")
+        return grads, None, None
+    keep = grads
+    if type(grads).__module__.startswith("torch"):
+        grads = grads.detach()
+        keep = grads
+        if grads.device.type == "cuda":
+            if not cuda:
+                raise ValueError("grads: a CUDA tensor, but the slots are host memory "
+                                 "(host backend)")
+            if grads.device.index is not None and grads.device.index != device:
+                raise ValueError(f"grads: on cuda:{grads.device.index}, the slots on "
+                                 f"cuda:{device}")
+        elif not cuda:
+            grads = grads.numpy()
+            keep = grads
+    if cuda:
+        if not hasattr(grads, "__cuda_array_interface__"):
+            raise ValueError("grads: the slots are device memory: give a CUDA array "
+                             "(__cuda_array_interface__) or a device pointer")
+        ai = grads.__cuda_array_interface__
+    else:
+        if not hasattr(grads, "__array_interface__"):
+            raise TypeError(f"grads: expected an array exposing __array_interface__ (host "
+                            f"backend), got {type(grads).__name__}")
+        ai = grads.__array_interface__
+    shape = tuple(ai["shape"])
+    if ai.get("typestr") not in ("<f4", "=f4"):
+        raise ValueError(f"grads: dtype must be float32 ('<f4'), got {ai.get('typestr')!r}")
+    if shape != (n, dim):
+        raise ValueError(f"grads: shape must be ({n}, {dim}) (nlookups, arena dim), got "
+                         f"{shape}")
+    strides = ai.get("strides")
+    if strides is not None and ((n > 1 and tuple(strides) != (dim * 4, 4)) or
+                                (dim > 1 and strides[1] != 4)):
+        raise ValueError(f"grads: must be C-contiguous, got strides {tuple(strides)}")
+    if ai.get("mask") is not None:
+        raise ValueError("grads: masked arrays are not supported")
+    ptr = int(ai["data"][0]) if ai.get("data") is not None else 0
+    if n > 0 and ptr == 0:
+        raise ValueError("grads: NULL data pointer")
+    stream = ai.get("stream") if cuda else None
+    if stream is not None:
+        stream = {1: 0}.get(int(stream), int(stream))  # 1: the legacy default stream
+    return ptr, stream, keep
 
 
 def _float_buffer(x: Any) -> Any:

@@ -10,6 +10,12 @@ computes each lookup's row gradient and applies SGD, Adagrad or row-wise Adagrad
 the cached rows in place (optimizer state is stored beside each row), then hands the
 batch back. The module has no dense parameters for its tables.
 
+With ``device="cuda"`` the cache keeps its slots in GPU memory (an ember_gpu arena):
+forward makes PyTorch's current stream wait for the batch's rows (no host wait),
+gathers them from the arena as a CUDA tensor and pools on the GPU; backward applies
+SGD or Adagrad with one scatter-apply kernel on the same stream, and the batch is
+handed back with an event recorded there.
+
 This is the only module of the package that imports torch.
 """
 
@@ -22,6 +28,7 @@ import queue
 import threading
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -178,6 +185,9 @@ class _Step:
         self.batch = batch
         self.feats = feats
         self.pooled: List[torch.Tensor] = []
+        if ebc._gpu:
+            self._forward_device(batch, feats)
+            return
         mem = ebc.cache.memory
         for p, (values, offsets) in enumerate(feats):
             cfg = ebc._part_cfg[p]
@@ -186,11 +196,66 @@ class _Step:
             idx = torch.arange(values.numel(), dtype=torch.int64)
             self.pooled.append(F.embedding_bag(idx, rows, offsets, mode=cfg.pooling))
 
+    def _forward_device(self, batch: Any, feats: List[Tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """GPU slots: the rows gathered from the arena on the current stream, after it
+        waited for the batch's `ready`."""
+        ebc = self.ebc
+        dev = ebc._torch_device()
+        batch.wait(ebc._stream())
+        dm = batch.device_memory
+        if dev.type == "cuda":
+            mem = torch.as_tensor(dm, device=dev)
+        else:  # the host backend: the arena is host memory
+            mem = torch.from_numpy(np.asarray(dm))
+        slots = batch.slots.to(dev)
+        offs = batch.offsets
+        for p, (values, offsets) in enumerate(feats):
+            cfg = ebc._part_cfg[p]
+            a, b = int(offs[p]), int(offs[p + 1])
+            rows = mem.narrow(1, 0, cfg.embedding_dim).index_select(0, slots[a:b])
+            idx = torch.arange(values.numel(), dtype=torch.int64, device=dev)
+            self.pooled.append(F.embedding_bag(idx, rows, offsets.to(dev), mode=cfg.pooling))
+        del mem, dm  # the arena view lives no longer than forward
+
+    def _row_grads(self, p: int, g: torch.Tensor, dev: torch.device) -> torch.Tensor:
+        """Part p's gradient per lookup, from its pooled outputs' gradient g."""
+        values, offsets = self.feats[p]
+        n = values.numel()
+        cfg = self.ebc._part_cfg[p]
+        offsets = offsets.to(dev)
+        nb = offsets.numel()
+        lengths = torch.diff(offsets, append=torch.tensor([n], dtype=torch.int64, device=dev))
+        bag = torch.repeat_interleave(torch.arange(nb, dtype=torch.int64, device=dev), lengths)
+        g = g.to(device=dev, dtype=torch.float32)
+        if cfg.pooling == "mean":
+            g = g / lengths.clamp(min=1).to(torch.float32).unsqueeze(1)
+        return g.index_select(0, bag)
+
+    def _backward_device(self, grads: Sequence[Optional[torch.Tensor]]) -> None:
+        """GPU slots: one (nlookups, arena dim) gradient, zero-padded, one scatter-apply."""
+        ebc = self.ebc
+        batch = self.batch
+        dev = ebc._torch_device()
+        full = torch.zeros(batch.nlookups, batch.arena_dim, dtype=torch.float32, device=dev)
+        offs = batch.offsets
+        for p, g in enumerate(grads):
+            a, b = int(offs[p]), int(offs[p + 1])
+            if g is None or a == b:
+                continue
+            dim = ebc._part_cfg[p].embedding_dim
+            full[a:b, :dim] = self._row_grads(p, g, dev)
+        batch.apply_device(full, ebc.lr, ebc.eps, optimizer=ebc._gpu_opt, stream=ebc._stream())
+        del full  # freed on the stream that used it: reuse is ordered after the kernel
+
     def backward(self, grads: Sequence[Optional[torch.Tensor]]) -> None:
         if self.batch is None or self.batch.released:
             raise StateError(_ESTATE, "backward ran twice over one Ember batch, or after the "
                              "batch was handed back (a later forward releases an earlier batch)")
         ebc = self.ebc
+        if ebc._gpu:
+            self._backward_device(grads)
+            ebc._release(self, dirty=True)
+            return
         for p, g in enumerate(grads):
             if g is None:
                 continue
@@ -221,6 +286,11 @@ class EmbeddingBagCollection(nn.Module):
     optimizer: ("sgd", lr), ("adagrad", lr[, eps]) or ("rowwise_adagrad", lr[, eps]),
         applied to the rows in backward; weight_decay: L2 added to the gradient.
     prefetch_batches, prefetch_depth: the cache's (0: defaults).
+    device: "cpu" (slots in host memory) or "cuda" / "cuda:N": the cache's slots in
+        GPU memory, outputs on that device, the optimizer run on the GPU ("sgd" or
+        "adagrad"; no weight decay). gpu_backend: ember_gpu's backend for
+        device="cuda": "auto", "cuda", or "host" (the GPU-slot path in host memory
+        with CPU tensors: the same code without a GPU, for tests).
 
     forward(features) takes {feature name: (ids int64 (n,), offsets int64 (B,))} (or a
     Jagged with lengths, or a 2-D (B, L) ids tensor) and returns {feature name: float32
@@ -230,7 +300,8 @@ class EmbeddingBagCollection(nn.Module):
 
     def __init__(self, tables: Sequence[EmbeddingBagConfig], store: Any, cache_rows: int,
                  lookahead: int = 8, optimizer: Any = ("sgd", 0.01), weight_decay: float = 0.0,
-                 prefetch_batches: int = 0, prefetch_depth: int = 0) -> None:
+                 prefetch_batches: int = 0, prefetch_depth: int = 0, device: Any = "cpu",
+                 gpu_backend: str = "auto") -> None:
         super().__init__()
         tables = tuple(tables)
         if not tables:
@@ -242,6 +313,22 @@ class EmbeddingBagCollection(nn.Module):
         if not math.isfinite(self.weight_decay) or self.weight_decay < 0:
             raise ValueError("weight_decay must be finite and >= 0")
         self.optimizer_name = opt
+        dev = torch.device(device)
+        if dev.type not in ("cpu", "cuda"):
+            raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+        self._gpu = dev.type == "cuda"
+        self._gpu_index = dev.index if dev.index is not None else 0
+        self._dev: Optional[torch.device] = None if self._gpu else dev
+        if self._gpu:
+            if opt not in ("sgd", "adagrad"):
+                raise ValueError(f"optimizer {opt!r}: on the GPU every table shares one "
+                                 "optimizer, 'sgd' or 'adagrad'")
+            if self.weight_decay:
+                raise ValueError("weight_decay is not supported with device='cuda'")
+            if not self.lr > 0:
+                raise ValueError("lr must be > 0 with device='cuda'")
+        self._gpu_opt = "adagrad" if opt == "adagrad" else "sgd"
+        self.device = dev
         self.configs = tables
         self.lookahead = int(lookahead)
         self.feature_names: List[str] = []
@@ -266,7 +353,9 @@ class EmbeddingBagCollection(nn.Module):
         self.cache = EmbeddingCache(store, specs, capacity=int(cache_rows),
                                     window=self.lookahead + 2,
                                     prefetch_batches=int(prefetch_batches),
-                                    prefetch_depth=int(prefetch_depth), arrays="torch")
+                                    prefetch_depth=int(prefetch_depth), arrays="torch",
+                                    **({"slots": "gpu", "gpu_backend": gpu_backend,
+                                        "gpu_device": self._gpu_index} if self._gpu else {}))
         # The outputs need an input that requires grad for backward to run; the
         # tables themselves are not parameters (FBGEMM's placeholder tensor).
         self._placeholder = torch.zeros(0, requires_grad=True)
@@ -323,8 +412,25 @@ class EmbeddingBagCollection(nn.Module):
             self._release(step, dirty=False)
         return dict(zip(self.feature_names, outs))
 
+    def _torch_device(self) -> torch.device:
+        """Where the tensors of a batch live: the CPU, or (GPU slots) the arena's CUDA
+        device, or the CPU on ember_gpu's host backend. Known after the first acquire."""
+        if self._dev is None:
+            cuda = self.cache.device_info()["backend"] == "cuda"
+            self._dev = torch.device("cuda", self._gpu_index) if cuda else torch.device("cpu")
+        return self._dev
+
+    def _stream(self) -> Optional[int]:
+        """PyTorch's current stream on the arena's device (GPU slots on CUDA), else None."""
+        if self._gpu and self._torch_device().type == "cuda":
+            return torch.cuda.current_stream(self._dev).cuda_stream
+        return None
+
     def _release_batch(self, batch: Any, dirty: bool) -> None:
-        batch.release(dirty=dirty)
+        if self._gpu:
+            batch.release(dirty=dirty, done_stream=self._stream())
+        else:
+            batch.release(dirty=dirty)
         if self._pipeline is not None:
             self._pipeline._released()
 
@@ -340,7 +446,7 @@ class EmbeddingBagCollection(nn.Module):
         while self._unacquired:
             batch = self.cache.acquire()
             self._unacquired -= 1
-            batch.release(dirty=False)
+            batch.release(dirty=False)  # never read: nothing of the trainer's in flight
 
     def _release_held(self) -> None:
         """A batch whose outputs were never backpropagated goes back unchanged."""

@@ -17,6 +17,10 @@
  *      context of its own (a second context on the same device, standing for a
  *      trainer on another device) still has it; with two devices, the runtime's
  *      current device of a thread on device 0 stays 0 while Ember works on 1.
+ *   7. wrap: a non-owning stream around a foreign cudaStream_t (the handle of an
+ *      Ember stream) waits on another stream's event, runs install and gather,
+ *      and its destroy leaves the stream usable; the legacy default stream (NULL)
+ *      wraps too. Host backend: EMBER_EINVAL.
  *
  *   test_gpu_streams host | cuda [stress]   (cuda: suite gpu, exits 77 without a
  *                                            device; stress: 8x the loops)
@@ -320,6 +324,108 @@ static void test_elapsed(ember_gpu *g)
 	printf("elapsed: %.3f ms around a 10 ms host function\n", (double)ms);
 }
 
+/* ---- 7. foreign streams (ember_gpu_stream_wrap) ------------------------------------- */
+
+/* A wrapper around the cudaStream_t of an Ember stream (standing for PyTorch's current
+ * stream): it waits on an event of another stream, runs a gather, records an event;
+ * destroying it leaves the stream itself working. Host backend: EMBER_EINVAL. */
+static void test_wrap(ember_gpu *g, int backend)
+{
+	ember_gpu_stream *w = NULL, *own = NULL, *a = NULL;
+	void *h = (void *)1;
+	CHECK_RC(ember_gpu_stream_wrap(NULL, NULL, &w), EMBER_EINVAL);
+	CHECK_RC(ember_gpu_stream_wrap(g, NULL, NULL), EMBER_EINVAL);
+	if (backend == EMBER_GPU_BACKEND_HOST) {
+		CHECK_RC(ember_gpu_stream_wrap(g, NULL, &w), EMBER_EINVAL);
+		CHECK_RC(ember_gpu_stream_wrap(g, (void *)0x1234, &w), EMBER_EINVAL);
+		CHECK(w == NULL, "a failed wrap set *out");
+		printf("wrap: EINVAL on the host backend\n");
+		return;
+	}
+	CHECK_OK(ember_gpu_stream_create(g, &own));
+	CHECK_OK(ember_gpu_stream_create(g, &a));
+	CHECK_OK(ember_gpu_stream_handle(own, &h));
+	CHECK_OK(ember_gpu_stream_wrap(g, h, &w));
+	void *hw = NULL;
+	CHECK_OK(ember_gpu_stream_handle(w, &hw));
+	CHECK(hw == h, "the wrapper's handle %p is not the stream %p", hw, h);
+	CHECK_RC(ember_gpu_close(g), EMBER_EBUSY); /* the wrapper is an object of g */
+
+	/* ordering through an event of another stream (rule 4) */
+	gate gt = { .open = false };
+	pthread_mutex_init(&gt.mu, NULL);
+	pthread_cond_init(&gt.cv, NULL);
+	atomic_int flag;
+	atomic_init(&flag, 0);
+	ember_gpu_event *e = NULL, *done = NULL;
+	CHECK_OK(ember_gpu_event_create(g, &e));
+	CHECK_OK(ember_gpu_event_create(g, &done));
+	CHECK_OK(ember_gpu_stream_host_func(a, gate_wait_cb, &gt));
+	CHECK_OK(ember_gpu_event_record(e, a));
+	CHECK_OK(ember_gpu_stream_wait_event(w, e));
+	CHECK_OK(ember_gpu_stream_host_func(w, flag_cb, &flag));
+	sleep_us(20000);
+	CHECK(atomic_load(&flag) == 0, "the wrapped stream did not wait on the event");
+	gate_open(&gt);
+	CHECK_OK(ember_gpu_stream_synchronize(w));
+	CHECK(atomic_load(&flag) == 1, "the wrapped stream's host function did not run");
+
+	/* a kernel pair on the wrapper: install then gather, read back */
+	enum { SLOTS = 16, DIM = 8, N = 5 };
+	ember_gpu_arena_options ao = { .dim = DIM, .slots = SLOTS };
+	ember_gpu_arena *ar = NULL;
+	CHECK_OK(ember_gpu_arena_create(g, &ao, &ar));
+	uint32_t slots[N] = { 3, 0, 15, 7, 3 };
+	uint32_t islots[N - 1] = { 3, 0, 15, 7 };
+	float rows[(N - 1) * DIM], out[N * DIM];
+	for (int i = 0; i < (N - 1) * DIM; i++)
+		rows[i] = (float)i * 0.5f - 3.0f;
+	uint32_t *dsl = gt_upload(g, slots, sizeof slots);
+	uint32_t *disl = gt_upload(g, islots, sizeof islots);
+	float *drows = gt_upload(g, rows, sizeof rows);
+	float *dout = NULL;
+	CHECK_OK(ember_gpu_mem_alloc(g, sizeof out, (void **)&dout));
+	CHECK_OK(ember_gpu_install(w, ar, disl, N - 1, drows, 0, 0.0f));
+	CHECK_OK(ember_gpu_gather(w, ar, dsl, N, dout, 0));
+	CHECK_OK(ember_gpu_event_record(done, w));
+	CHECK_OK(ember_gpu_stream_wait_event(gt_compute(g), done));
+	gt_download(g, out, dout, sizeof out);
+	const int src[N] = { 0, 1, 2, 3, 0 };
+	for (int i = 0; i < N; i++)
+		for (int k = 0; k < DIM; k++)
+			CHECK(out[i * DIM + k] == rows[src[i] * DIM + k],
+			      "wrapped gather: lookup %d element %d is %g", i, k,
+			      (double)out[i * DIM + k]);
+
+	/* destroying the wrapper leaves the stream alive and usable */
+	CHECK_OK(ember_gpu_stream_destroy(w));
+	atomic_store(&flag, 0);
+	CHECK_OK(ember_gpu_stream_host_func(own, flag_cb, &flag));
+	CHECK_OK(ember_gpu_stream_synchronize(own));
+	CHECK(atomic_load(&flag) == 1, "the stream stopped working when its wrapper went");
+
+	/* the legacy default stream (handle NULL) */
+	CHECK_OK(ember_gpu_stream_wrap(g, NULL, &w));
+	atomic_store(&flag, 0);
+	CHECK_OK(ember_gpu_stream_host_func(w, flag_cb, &flag));
+	CHECK_OK(ember_gpu_stream_synchronize(w));
+	CHECK(atomic_load(&flag) == 1, "the default stream's host function did not run");
+	CHECK_OK(ember_gpu_stream_destroy(w));
+
+	CHECK_OK(ember_gpu_mem_free(g, dout));
+	CHECK_OK(ember_gpu_mem_free(g, drows));
+	CHECK_OK(ember_gpu_mem_free(g, disl));
+	CHECK_OK(ember_gpu_mem_free(g, dsl));
+	CHECK_OK(ember_gpu_arena_destroy(ar));
+	CHECK_OK(ember_gpu_event_destroy(done));
+	CHECK_OK(ember_gpu_event_destroy(e));
+	CHECK_OK(ember_gpu_stream_destroy(a));
+	CHECK_OK(ember_gpu_stream_destroy(own));
+	pthread_cond_destroy(&gt.cv);
+	pthread_mutex_destroy(&gt.mu);
+	printf("wrap: a foreign stream waits, runs kernels, and outlives its wrapper\n");
+}
+
 /* ---- 5. destroy drains (host backend) ------------------------------------------------ */
 
 static void count_cb(void *p)
@@ -451,6 +557,7 @@ int main(int argc, char **argv)
 	test_handoff(g);
 	test_capture(g);
 	test_elapsed(g);
+	test_wrap(g, backend);
 	if (backend == EMBER_GPU_BACKEND_HOST)
 		test_destroy_drains(g);
 	else

@@ -57,6 +57,14 @@ typedef struct {
 	PyObject *held;      /* the CacheBatch acquired now (borrowed) or NULL */
 	uint64_t wait_ns;    /* time acquire(wait=True) spent polling */
 	PyObject *weakrefs;  /* a store may keep its caches in a WeakSet */
+	/* GPU slots (slots = EMBER_CACHE_SLOTS_GPU); the rest known after the first
+	 * acquire, from its view: */
+	int gpu_slots;
+	ember_gpu *gpu;          /* the slots' context (the cache's own: borrowed) */
+	int backend;             /* EMBER_GPU_BACKEND_HOST or _CUDA */
+	ember_gpu_arena_info ai; /* the arena: dim, state floats, stride, slots */
+	ember_gpu_event *done_ev; /* recorded on the trainer's stream at release (CUDA);
+				     destroyed before the cache closes its context */
 } cache_object;
 
 typedef struct {
@@ -252,12 +260,13 @@ static int cache_init(PyObject *op, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"db", "tables", "names", "capacity", "window",
 				 "prefetch_batches", "prefetch_depth", "init", "init_scale",
-				 "init_seed", NULL};
+				 "init_seed", "slots", "gpu_backend", "gpu_device", NULL};
 	cache_object *self = (cache_object *)op;
 	PyObject *db, *tables, *names = NULL;
 	unsigned long long capacity = 0, seed = 0;
 	unsigned int window = 0, pbatches = 0, depth = 0, init = 0;
 	double scale = 0;
+	int slots = 0, gpu_backend = 0, gpu_device = 0;
 	ember_cache_table *t = NULL;
 	ember_cache_options o;
 	ember_db *edb;
@@ -268,10 +277,20 @@ static int cache_init(PyObject *op, PyObject *args, PyObject *kw)
 		PyErr_SetString(PyExc_TypeError, "Cache.__init__ called twice");
 		return -1;
 	}
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|$OKIIIIdK", kwlist, &db, &tables, &names,
-					 &capacity, &window, &pbatches, &depth, &init, &scale,
-					 &seed))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|$OKIIIIdKiii", kwlist, &db, &tables,
+					 &names, &capacity, &window, &pbatches, &depth, &init,
+					 &scale, &seed, &slots, &gpu_backend, &gpu_device))
 		return -1;
+	if (slots != EMBER_CACHE_SLOTS_HOST && slots != EMBER_CACHE_SLOTS_GPU) {
+		PyErr_SetString(PyExc_ValueError, "slots must be 0 (host) or 1 (GPU)");
+		return -1;
+	}
+	if (gpu_backend < EMBER_GPU_BACKEND_AUTO || gpu_backend > EMBER_GPU_BACKEND_CUDA ||
+	    gpu_device < 0 || (slots == EMBER_CACHE_SLOTS_HOST && (gpu_backend || gpu_device))) {
+		PyErr_SetString(PyExc_ValueError, "gpu_backend must be 0..2 and gpu_device >= 0, "
+				"both 0 with host slots");
+		return -1;
+	}
 	if (init > 1 || !isfinite(scale) || scale < 0) {
 		PyErr_SetString(PyExc_ValueError, "init must be 0 or 1, init_scale finite and >= 0");
 		return -1;
@@ -291,6 +310,9 @@ static int cache_init(PyObject *op, PyObject *args, PyObject *kw)
 	o.init = init;
 	o.init_scale = (float)scale;
 	o.init_seed = seed;
+	o.slots = (uint32_t)slots;
+	o.gpu_backend = gpu_backend;
+	o.gpu_device = gpu_device;
 	Py_BEGIN_ALLOW_THREADS
 	rc = ember_cache_open(edb, &o, &cache);
 	Py_END_ALLOW_THREADS
@@ -303,6 +325,7 @@ static int cache_init(PyObject *op, PyObject *args, PyObject *kw)
 		return -1;
 	}
 	self->cache = cache;
+	self->gpu_slots = slots == EMBER_CACHE_SLOTS_GPU;
 	self->db = Py_NewRef(db);
 	self->edb = edb;
 	return 0;
@@ -318,10 +341,14 @@ static int cache_do_close(cache_object *self)
 		((batch_object *)self->held)->held = 0; /* the C close drops it */
 		self->held = NULL;
 	}
+	ember_gpu_event *ev = self->done_ev;
+	self->done_ev = NULL;
 	Py_BEGIN_ALLOW_THREADS
+	(void)ember_gpu_event_destroy(ev); /* before the cache closes its own context */
 	rc = ember_cache_close(cache);
 	Py_END_ALLOW_THREADS
 	self->slot_memory = NULL;
+	self->gpu = NULL;
 	return rc;
 }
 
@@ -545,6 +572,11 @@ static PyObject *cache_acquire(PyObject *op, PyObject *args, PyObject *kw)
 		self->slot_memory = v.slot_memory;
 		self->stride = v.slot_stride;
 		self->nslots = v.nslots;
+		if (v.gpu) {
+			self->gpu = v.gpu;
+			self->backend = ember_gpu_backend(v.gpu);
+			(void)ember_gpu_arena_query(v.arena, &self->ai);
+		}
 	}
 	b = batch_new(self, &v);
 	if (!b)
@@ -642,13 +674,97 @@ static PyObject *cache_apply(PyObject *op, PyObject *args, PyObject *kw)
 	Py_RETURN_NONE;
 }
 
-/* Release b (trainer role entered by the caller). */
-static int batch_release(cache_object *self, batch_object *b, int dirty)
+/* ---- GPU slots: streams ------------------------------------------------------- */
+
+/*
+ * The trainer's streams are passed as raw handles (a cudaStream_t as an int, as
+ * torch.cuda.Stream.cuda_stream gives it; 0 is the legacy default stream). Each
+ * call wraps the handle for its own duration (ember_gpu_stream_wrap: the wrapper
+ * is freed at the end of the call, the stream is the caller's). The host backend
+ * has no foreign streams: its calls run on the context's compute stream and wait
+ * for it, so nothing of Ember's is in flight when they return.
+ */
+
+/* A stream handle argument: None (*has = 0) or a non-negative int. */
+static int stream_arg(PyObject *obj, const char *name, void **h, int *has)
+{
+	*has = 0;
+	*h = NULL;
+	if (obj == NULL || obj == Py_None)
+		return 0;
+	if (!PyLong_Check(obj)) {
+		PyErr_Format(PyExc_TypeError, "%s must be a stream handle (int) or None, got %.80s",
+			     name, Py_TYPE(obj)->tp_name);
+		return -1;
+	}
+	unsigned long long v = PyLong_AsUnsignedLongLong(obj);
+	if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+		PyErr_Clear();
+		PyErr_Format(PyExc_ValueError, "%s: not a stream handle", name);
+		return -1;
+	}
+	*h = (void *)(uintptr_t)v;
+	*has = 1;
+	return 0;
+}
+
+/* The host backend's and the stream-less CUDA calls' stream: the context's own. */
+static ember_gpu_stream *compute_stream(cache_object *c)
+{
+	ember_gpu_stream *s = NULL;
+	(void)ember_gpu_stream_get(c->gpu, EMBER_GPU_STREAM_COMPUTE, 0, &s);
+	return s;
+}
+
+/* With no stream given (or on the host backend): wait until Ember's compute
+ * stream and, on CUDA, the legacy default stream (PyTorch's default) have run what
+ * they were given. GIL released by the caller. */
+static int settle(cache_object *c)
+{
+	int rc = ember_gpu_stream_synchronize(compute_stream(c));
+	if (rc == 0 && c->backend == EMBER_GPU_BACKEND_CUDA) {
+		ember_gpu_stream *w = NULL;
+		rc = ember_gpu_stream_wrap(c->gpu, NULL, &w);
+		if (rc == 0) {
+			rc = ember_gpu_stream_synchronize(w);
+			int rc2 = ember_gpu_stream_destroy(w);
+			rc = rc < 0 ? rc : rc2;
+		}
+	}
+	return rc;
+}
+
+/* The event of the trainer's last work, for release: recorded on the given stream
+ * (CUDA), or NULL after settle(). GIL released by the caller. */
+static int done_event(cache_object *c, int has, void *h, ember_gpu_event **done)
 {
 	int rc;
+	*done = NULL;
+	if (!has || c->backend != EMBER_GPU_BACKEND_CUDA)
+		return settle(c);
+	if (!c->done_ev && (rc = ember_gpu_event_create(c->gpu, &c->done_ev)) < 0)
+		return rc;
+	ember_gpu_stream *w = NULL;
+	if ((rc = ember_gpu_stream_wrap(c->gpu, h, &w)) < 0)
+		return rc;
+	rc = ember_gpu_event_record(c->done_ev, w);
+	int rc2 = ember_gpu_stream_destroy(w);
+	if (rc == 0 && rc2 == 0)
+		*done = c->done_ev;
+	return rc < 0 ? rc : rc2;
+}
+
+/* Release b (trainer role entered by the caller). GPU slots: the trainer's last
+ * work on the batch is the stream `h` (has) or, without one, settled first. */
+static int batch_release(cache_object *self, batch_object *b, int dirty, int has, void *h)
+{
+	int rc = 0;
 	b->view.flags = dirty ? 0 : EMBER_CACHE_VIEW_READONLY;
 	Py_BEGIN_ALLOW_THREADS
-	rc = ember_cache_release(self->cache, &b->view);
+	if (self->gpu_slots && self->gpu)
+		rc = done_event(self, has, h, &b->view.done);
+	if (rc == 0)
+		rc = ember_cache_release(self->cache, &b->view);
 	Py_END_ALLOW_THREADS
 	if (rc == 0) {
 		b->held = 0;
@@ -658,23 +774,205 @@ static int batch_release(cache_object *self, batch_object *b, int dirty)
 	return rc;
 }
 
+/* The acquired batch of a cache with GPU slots; NULL with an exception set. */
+static batch_object *gpu_batch(cache_object *self, PyObject *obj)
+{
+	batch_object *b;
+	if (!self->cache)
+		return (batch_object *)ember_py_closed("the cache");
+	if (!(b = held_batch(self, obj)))
+		return NULL;
+	if (!self->gpu_slots || !self->gpu) {
+		PyErr_SetString(PyExc_ValueError, "the cache's slots are in host memory "
+				"(open it with slots='gpu' for device calls)");
+		return NULL;
+	}
+	return b;
+}
+
+static PyObject *cache_wait(PyObject *op, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"batch", "stream", NULL};
+	cache_object *self = (cache_object *)op;
+	PyObject *bobj, *sobj = Py_None;
+	batch_object *b;
+	void *h;
+	int has, rc;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O", kwlist, &bobj, &sobj))
+		return NULL;
+	if (!(b = gpu_batch(self, bobj)) || stream_arg(sobj, "stream", &h, &has) < 0)
+		return NULL;
+	if (enter_trainer(self) < 0)
+		return NULL;
+	Py_BEGIN_ALLOW_THREADS
+	if (has && self->backend == EMBER_GPU_BACKEND_CUDA) {
+		ember_gpu_stream *w = NULL;
+		rc = ember_gpu_stream_wrap(self->gpu, h, &w);
+		if (rc == 0) {
+			rc = ember_gpu_stream_wait_event(w, b->view.ready);
+			int rc2 = ember_gpu_stream_destroy(w);
+			rc = rc < 0 ? rc : rc2;
+		}
+	} else {
+		rc = ember_gpu_event_synchronize(b->view.ready);
+	}
+	Py_END_ALLOW_THREADS
+	self->training = 0;
+	if (rc < 0)
+		return ember_py_raise(rc, NULL);
+	Py_RETURN_NONE;
+}
+
+/* Scatter-apply of the batch's grouped lookups on stream s (after `ready`). GIL
+ * released by the caller. */
+static int apply_grouped(cache_object *c, batch_object *b, ember_gpu_stream *s,
+			 const float *grads, const ember_gpu_update *u)
+{
+	const ember_cache_view *v = &b->view;
+	int rc = ember_gpu_stream_wait_event(s, v->ready);
+	if (rc == 0)
+		rc = ember_gpu_scatter_apply_grouped(s, v->arena, v->dev_group_slots,
+						     v->dev_group_offsets, v->ngroups,
+						     v->dev_group_order, (uint32_t)v->nlookups,
+						     (uint32_t)v->nlookups, grads, u);
+	return rc;
+}
+
+static PyObject *cache_apply_device(PyObject *op, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"batch", "grads", "lr", "eps", "optimizer", "stream", NULL};
+	cache_object *self = (cache_object *)op;
+	PyObject *bobj, *sobj = Py_None;
+	unsigned long long ptr;
+	double lr, eps = 0;
+	int opt = 0, has, rc;
+	void *h;
+	batch_object *b;
+	ember_gpu_update u;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OKd|diO", kwlist, &bobj, &ptr, &lr, &eps, &opt,
+					 &sobj))
+		return NULL;
+	if (!(b = gpu_batch(self, bobj)) || stream_arg(sobj, "stream", &h, &has) < 0)
+		return NULL;
+	int adagrad = self->ai.state_floats != 0;
+	if (opt == 0)
+		opt = adagrad ? EMBER_GPU_OPT_ADAGRAD : EMBER_GPU_OPT_SGD;
+	if (opt != EMBER_GPU_OPT_SGD && opt != EMBER_GPU_OPT_ADAGRAD) {
+		PyErr_Format(PyExc_ValueError, "optimizer must be 1 (SGD) or 2 (Adagrad), got %d",
+			     opt);
+		return NULL;
+	}
+	if ((opt == EMBER_GPU_OPT_ADAGRAD) != adagrad) {
+		PyErr_Format(PyExc_ValueError, "optimizer %s: the cache's tables keep %s",
+			     opt == EMBER_GPU_OPT_ADAGRAD ? "adagrad" : "sgd",
+			     adagrad ? "Adagrad state (use 'adagrad')" : "no optimizer state "
+			     "(use 'sgd')");
+		return NULL;
+	}
+	if (!isfinite(lr) || lr <= 0 || !isfinite((float)lr) || (float)lr <= 0) {
+		PyErr_SetString(PyExc_ValueError, "lr must be finite and > 0 on the device");
+		return NULL;
+	}
+	if (finite_arg(eps, "eps", 1) < 0)
+		return NULL;
+	if (b->view.nlookups && !ptr) {
+		PyErr_SetString(PyExc_ValueError, "grads: NULL device pointer");
+		return NULL;
+	}
+	if (enter_trainer(self) < 0)
+		return NULL;
+	memset(&u, 0, sizeof u);
+	u.optimizer = opt;
+	u.lr = (float)lr;
+	u.eps = (float)eps;
+	const float *grads = (const float *)(uintptr_t)ptr;
+	Py_BEGIN_ALLOW_THREADS
+	if (b->view.nlookups == 0) {
+		rc = 0;
+	} else if (has && self->backend == EMBER_GPU_BACKEND_CUDA) {
+		ember_gpu_stream *w = NULL;
+		rc = ember_gpu_stream_wrap(self->gpu, h, &w);
+		if (rc == 0) {
+			rc = apply_grouped(self, b, w, grads, &u);
+			int rc2 = ember_gpu_stream_destroy(w);
+			rc = rc < 0 ? rc : rc2;
+		}
+	} else {
+		/* no stream (or the host backend): after the default stream's work (the
+		 * gradients' producer), done when the call returns */
+		ember_gpu_stream *s = compute_stream(self);
+		rc = settle(self);
+		if (rc == 0)
+			rc = apply_grouped(self, b, s, grads, &u);
+		if (rc == 0)
+			rc = ember_gpu_stream_synchronize(s);
+		if (rc == 0)
+			rc = ember_gpu_arena_check(b->view.arena);
+	}
+	Py_END_ALLOW_THREADS
+	self->training = 0;
+	if (rc < 0)
+		return ember_py_raise(rc, NULL);
+	Py_RETURN_NONE;
+}
+
+static PyObject *devmem_new(cache_object *c, batch_object *b);
+
+static PyObject *cache_device_memory(PyObject *op, PyObject *bobj)
+{
+	cache_object *self = (cache_object *)op;
+	batch_object *b = gpu_batch(self, bobj);
+	if (!b)
+		return NULL;
+	return devmem_new(self, b);
+}
+
+static PyObject *cache_gpu_info(PyObject *op, PyObject *unused)
+{
+	cache_object *self = (cache_object *)op;
+	if (!self->cache)
+		return ember_py_closed("the cache");
+	if (!self->gpu_slots) {
+		PyErr_SetString(PyExc_ValueError, "the cache's slots are in host memory");
+		return NULL;
+	}
+	if (!self->gpu)
+		return ember_py_raise_detail(EMBER_ESTATE, "the slots are known after the first "
+						       "acquire");
+	return Py_BuildValue("{sssIsIsIsKsK}", "backend",
+			     self->backend == EMBER_GPU_BACKEND_CUDA ? "cuda" : "host", "dim",
+			     self->ai.dim, "state_floats", self->ai.state_floats, "stride",
+			     self->ai.stride, "nslots", (unsigned long long)self->ai.slots, "ptr",
+			     (unsigned long long)(uintptr_t)self->ai.base);
+}
+
 static PyObject *cache_release(PyObject *op, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = {"batch", "dirty", NULL};
+	static char *kwlist[] = {"batch", "dirty", "done_stream", NULL};
 	cache_object *self = (cache_object *)op;
-	PyObject *bobj;
-	int dirty = 1, rc;
+	PyObject *bobj, *sobj = Py_None;
+	int dirty = 1, rc, has;
+	void *h;
 	batch_object *b;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|p", kwlist, &bobj, &dirty))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|pO", kwlist, &bobj, &dirty, &sobj))
 		return NULL;
 	if (!self->cache)
 		return ember_py_closed("the cache");
 	if (!(b = held_batch(self, bobj)))
 		return NULL;
+	if (stream_arg(sobj, "done_stream", &h, &has) < 0)
+		return NULL;
+	if (has && !self->gpu_slots) {
+		PyErr_SetString(PyExc_ValueError, "done_stream: the cache's slots are in host "
+				"memory");
+		return NULL;
+	}
 	if (enter_trainer(self) < 0)
 		return NULL;
-	rc = batch_release(self, b, dirty);
+	rc = batch_release(self, b, dirty, has, h);
 	self->training = 0;
 	if (rc < 0)
 		return ember_py_raise(rc, NULL);
@@ -841,6 +1139,11 @@ static PyObject *cache_memory(PyObject *op, PyObject *unused)
 	cache_object *self = (cache_object *)op;
 	if (!self->cache)
 		return ember_py_closed("the cache");
+	if (self->gpu_slots) {
+		PyErr_SetString(PyExc_ValueError, "the slots are GPU slots: use "
+				"device_memory(batch)");
+		return NULL;
+	}
 	if (!self->slot_memory)
 		return ember_py_raise_detail(EMBER_ESTATE, "the slots are known after the first "
 						       "acquire");
@@ -878,7 +1181,23 @@ static PyMethodDef cache_methods[] = {
 	{"apply", (PyCFunction)(void (*)(void))cache_apply, METH_VARARGS | METH_KEYWORDS,
 	 "apply(batch, part, grads float32 (n, dim), lr, eps=0, weight_decay=0)."},
 	{"release", (PyCFunction)(void (*)(void))cache_release, METH_VARARGS | METH_KEYWORDS,
-	 "release(batch, dirty=True)."},
+	 "release(batch, dirty=True, done_stream=None): GPU slots: the trainer's last work on "
+	 "the batch was enqueued on done_stream (CUDA: an event is recorded there), or has "
+	 "completed once Ember's and the default stream are synchronized (None)."},
+	{"wait", (PyCFunction)(void (*)(void))cache_wait, METH_VARARGS | METH_KEYWORDS,
+	 "wait(batch, stream=None): GPU slots: the stream (a cudaStream_t as int; CUDA) waits "
+	 "on the batch's `ready`; without one (or on the host backend) the host waits."},
+	{"apply_device", (PyCFunction)(void (*)(void))cache_apply_device,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "apply_device(batch, grads_ptr, lr, eps=0, optimizer=0, stream=None): GPU slots: "
+	 "ember_gpu_scatter_apply_grouped of float32 (nlookups, arena dim) gradients at "
+	 "grads_ptr (device memory) on the stream (or Ember's, waited for)."},
+	{"device_memory", cache_device_memory, METH_O,
+	 "device_memory(batch): GPU slots: a DeviceMemory over the arena (valid until the "
+	 "batch's release; the cache refuses to close while one lives)."},
+	{"gpu_info", cache_gpu_info, METH_NOARGS,
+	 "GPU slots, after the first acquire: {backend, dim, state_floats, stride, nslots, "
+	 "ptr} of the arena."},
 	{"flush", cache_flush, METH_NOARGS, "Write every updated row back to the store."},
 	{"read_rows", (PyCFunction)(void (*)(void))cache_read_rows, METH_VARARGS | METH_KEYWORDS,
 	 "read_rows(table, ids, state=False) -> (float32 (n, dim), state (n, k) or None)."},
@@ -908,7 +1227,8 @@ static PyTypeObject cache_type = {
 	.tp_dealloc = cache_dealloc,
 	.tp_flags = Py_TPFLAGS_DEFAULT,
 	.tp_doc = "Cache(db, tables, *, names=None, capacity=0, window=0, prefetch_batches=0, "
-		  "prefetch_depth=0, init=0, init_scale=0.0, init_seed=0): an ember_cache. "
+		  "prefetch_depth=0, init=0, init_scale=0.0, init_seed=0, slots=0, "
+		  "gpu_backend=0, gpu_device=0): an ember_cache. "
 		  "tables: [(rows, dim, storage, optimizer, init, init_scale, init_seed)].",
 	.tp_methods = cache_methods,
 	.tp_getset = cache_getset,
@@ -925,7 +1245,7 @@ static void batch_dealloc(PyObject *op)
 	/* Dropped while acquired: hand it back, dirty (the rows may have been written). */
 	if (b->held && c && c->cache && !c->training) {
 		c->training = 1;
-		(void)batch_release(c, b, 1);
+		(void)batch_release(c, b, 1, 0, NULL);
 		c->training = 0;
 	}
 	if (c && c->held == op)
@@ -988,10 +1308,126 @@ static PyTypeObject batch_type = {
 	.tp_getset = batch_getset,
 };
 
+/* ---- DeviceMemory --------------------------------------------------------------- */
+
+/*
+ * The arena of GPU slots as an array interface: __cuda_array_interface__ (v3) on
+ * the CUDA backend, __array_interface__ on the host backend (whose "device"
+ * memory is host memory), float32 (nslots, stride), data (arena base, writable),
+ * stream None (the consumer orders itself with Cache.wait). The object holds its
+ * batch (and so the cache) and counts itself in the cache's live views, so the
+ * cache refuses to close while one exists; after the batch's release its
+ * interfaces raise StateError (an array already made from it keeps the pointer:
+ * using it then is the caller's error, as writing host slots after release is).
+ */
+typedef struct {
+	PyObject_HEAD
+	batch_object *batch; /* strong */
+	Py_ssize_t *live;    /* the cache's counter */
+	uintptr_t ptr;
+	unsigned long long rows, cols;
+	int cuda;
+} devmem_object;
+
+static PyTypeObject devmem_type;
+
+static PyObject *devmem_new(cache_object *c, batch_object *b)
+{
+	devmem_object *d = PyObject_New(devmem_object, &devmem_type);
+	if (!d)
+		return NULL;
+	d->batch = (batch_object *)Py_NewRef((PyObject *)b);
+	d->live = &c->live;
+	(*d->live)++; /* GIL held */
+	d->ptr = (uintptr_t)c->ai.base;
+	d->rows = (unsigned long long)c->ai.slots;
+	d->cols = c->ai.stride;
+	d->cuda = c->backend == EMBER_GPU_BACKEND_CUDA;
+	return (PyObject *)d;
+}
+
+static void devmem_dealloc(PyObject *op)
+{
+	devmem_object *d = (devmem_object *)op;
+	(*d->live)--;
+	Py_CLEAR(d->batch);
+	PyObject_Free(op);
+}
+
+static PyObject *devmem_interface(devmem_object *d, int cuda)
+{
+	if (d->cuda != cuda) {
+		PyErr_SetString(PyExc_AttributeError, cuda ? "__cuda_array_interface__: the slots "
+				"are host memory (host backend)" : "__array_interface__: the slots "
+				"are device memory (CUDA backend)");
+		return NULL;
+	}
+	if (!d->batch->held) {
+		char buf[96];
+		snprintf(buf, sizeof buf, "batch %llu was released: its device memory view "
+			 "ended", (unsigned long long)d->batch->view.batch);
+		return ember_py_raise_detail(EMBER_ESTATE, buf);
+	}
+	if (cuda)
+		return Py_BuildValue("{s(KK)s(KO)sssOsOsi}", "shape", d->rows, d->cols, "data",
+				     (unsigned long long)d->ptr, Py_False, "typestr", "<f4",
+				     "strides", Py_None, "stream", Py_None, "version", 3);
+	return Py_BuildValue("{s(KK)s(KO)sssOsi}", "shape", d->rows, d->cols, "data",
+			     (unsigned long long)d->ptr, Py_False, "typestr", "<f4", "strides",
+			     Py_None, "version", 3);
+}
+
+static PyObject *devmem_cai(PyObject *op, void *c)
+{
+	return devmem_interface((devmem_object *)op, 1);
+}
+
+static PyObject *devmem_ai(PyObject *op, void *c)
+{
+	return devmem_interface((devmem_object *)op, 0);
+}
+
+static PyObject *devmem_ptr(PyObject *op, void *c)
+{
+	return PyLong_FromUnsignedLongLong((unsigned long long)((devmem_object *)op)->ptr);
+}
+
+static PyObject *devmem_shape(PyObject *op, void *c)
+{
+	devmem_object *d = (devmem_object *)op;
+	return Py_BuildValue("(KK)", d->rows, d->cols);
+}
+
+static PyObject *devmem_is_cuda(PyObject *op, void *c)
+{
+	return PyBool_FromLong(((devmem_object *)op)->cuda);
+}
+
+static PyGetSetDef devmem_getset[] = {
+	{"__cuda_array_interface__", devmem_cai, NULL, "CUDA backend: the arena (v3).", NULL},
+	{"__array_interface__", devmem_ai, NULL, "Host backend: the arena (v3).", NULL},
+	{"ptr", devmem_ptr, NULL, "The arena's base address.", NULL},
+	{"shape", devmem_shape, NULL, "(nslots, stride).", NULL},
+	{"is_cuda", devmem_is_cuda, NULL, "True on the CUDA backend.", NULL},
+	{NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject devmem_type = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "ember._ember.DeviceMemory",
+	.tp_basicsize = sizeof(devmem_object),
+	.tp_dealloc = devmem_dealloc,
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "The GPU slots' arena as __cuda_array_interface__ (CUDA) or "
+		  "__array_interface__ (host backend), float32 (nslots, stride).",
+	.tp_getset = devmem_getset,
+};
+
 int emb_cache_init(PyObject *module)
 {
 	import_array1(-1);
-	if (PyType_Ready(&cache_type) < 0 || PyType_Ready(&batch_type) < 0)
+	if (PyType_Ready(&cache_type) < 0 || PyType_Ready(&batch_type) < 0 ||
+	    PyType_Ready(&devmem_type) < 0)
 		return -1;
 	Py_INCREF(&cache_type);
 	if (PyModule_AddObject(module, "Cache", (PyObject *)&cache_type) < 0) {

@@ -4,6 +4,8 @@
  */
 #include "ember_py.h"
 
+#include <ember_gpu.h>
+
 #include <stdio.h>
 #include <string.h>
 
@@ -466,7 +468,14 @@ static PyObject *mod_strerror(PyObject *self, PyObject *arg)
 	return PyUnicode_FromString(ember_strerror((int)code));
 }
 
+static PyObject *mod_have_cuda(PyObject *self, PyObject *unused)
+{
+	return PyBool_FromLong(ember_gpu_have_cuda());
+}
+
 static PyMethodDef module_methods[] = {
+	{"have_cuda", mod_have_cuda, METH_NOARGS,
+	 "True when libember was built with ember_gpu's CUDA backend."},
 	{"version", mod_version, METH_NOARGS, "The library's version string."},
 	{"strerror", mod_strerror, METH_O, "ember_strerror(code)."},
 	{NULL, NULL, 0, NULL},

@@ -51,50 +51,28 @@ int session_read_sync(ember_session *s, struct em_file *f, void *buf, uint32_t l
 	return r.res;
 }
 
-int read_record_sync(ember_session *s, struct hlog *log, struct em_file *f, uint64_t addr,
-		     uint64_t max_record, struct record **out)
+int session_read_fn(void *ctx, void *buf, uint32_t len, uint64_t off)
 {
-	uint64_t want = FIRST_READ_MIN;
-	for (int attempt = 0; attempt < 2; attempt++) {
-		uint64_t off = em_align_down(addr, EM_IO_ALIGN);
-		uint64_t len = em_align_up(addr + want - off, EM_IO_ALIGN);
-		if (len > UINT32_MAX - EM_IO_ALIGN)
-			return EMBER_ECORRUPT;
-		s->rchunk = 0; /* rbuf is about to hold something else */
-		int rc = session_buf_reserve(&s->rbuf, &s->rbuf_cap, len);
-		if (rc < 0)
-			return rc;
-		int res = session_read_sync(s, f, s->rbuf, (uint32_t)len, off);
-		if (res < 0)
-			return addr < hlog_load(&log->begin) ? EMBER_EAGAIN : res; /* released */
-		uint64_t pos = addr - off;
-		struct record *r = (struct record *)(void *)(s->rbuf + pos);
-		int bad = pos + REC_HDR_SIZE > (uint64_t)res;
-		if (!bad) {
-			uint32_t vlen = atomic_load_explicit(&r->val_len, memory_order_relaxed);
-			bad = r->key_len == 0 || r->key_len > EMBER_MAX_KEY_LEN || (r->val_cap & 7) ||
-			      r->val_cap > max_record || vlen > r->val_cap;
-		}
-		if (!bad && pos + rec_total_size(r) > (uint64_t)res) {
-			if ((uint64_t)res == len && attempt == 0) {
-				want = rec_total_size(r);
-				continue;
-			}
-			bad = 1;
-		}
-		if (!bad && r->checksum != rec_checksum(r))
-			bad = 1;
-		if (bad && addr < hlog_load(&log->begin))
-			return EMBER_EAGAIN; /* compaction moved it meanwhile */
-		if (bad) {
-			db_report(s->db, "%s at offset %llu: record fails its checksum or length checks",
-				  log_file_name(s->db, log), (unsigned long long)addr);
-			return EMBER_ECORRUPT;
-		}
-		*out = r;
-		return 0;
-	}
-	return EMBER_ECORRUPT;
+	struct sync_src *src = ctx;
+	return session_read_sync(src->s, src->f, buf, len, off);
+}
+
+int read_record_sync(ember_session *s, struct hlog *log, struct em_file *f, uint64_t addr,
+		     const void *key, uint32_t klen, struct record **out)
+{
+	struct sync_src src = {s, f};
+	struct rec_rules ru = {.log = log, .max_cap = log_max_record(s->db, log), .key = key,
+			       .klen = klen};
+	const char *why = NULL;
+	s->rchunk = 0; /* rbuf is about to hold something else */
+	int rc = rec_read_at(session_read_fn, &src, &s->rbuf, &s->rbuf_cap, addr, FIRST_READ_MIN,
+			     &ru, out, &why);
+	if (rc < 0 && rc != EMBER_ENOMEM && addr < hlog_load(&log->begin))
+		return EMBER_EAGAIN; /* released, or moved by compaction meanwhile */
+	if (rc == EMBER_ECORRUPT)
+		db_report(s->db, "%s at offset %llu: %s", log_file_name(s->db, log),
+			  (unsigned long long)addr, why);
+	return rc;
 }
 
 /* The chunk record currently at ca, readable (memory, or a private copy read from
@@ -118,7 +96,7 @@ static int chunk_fetch(ember_session *s, uint64_t chunk, uint64_t ca, int may_wa
 		return EMBER_EAGAIN;
 	epoch_unprotect(db->ep, s->slot);
 	struct record *r;
-	int rc = read_record_sync(s, db->chunks, &db->chunk_file, ca, db->max_record, &r);
+	int rc = read_record_sync(s, db->chunks, &db->chunk_file, ca, &chunk, 8, &r);
 	epoch_protect(db->ep, s->slot);
 	if (rc == EMBER_EAGAIN || ci_table_load(ci, chunk) != ca)
 		return EMBER_EAGAIN;

@@ -174,16 +174,5 @@ int ember_session_close(ember_session *s)
 
 int session_buf_reserve(uint8_t **buf, size_t *cap, size_t need)
 {
-	if (*cap >= need)
-		return 0;
-	size_t n = *cap ? *cap : 256;
-	while (n < need)
-		n *= 2;
-	uint8_t *p = em_alloc_io(n); /* fit for O_DIRECT reads */
-	if (!p)
-		return EMBER_ENOMEM;
-	em_free(*buf, *cap);
-	*buf = p;
-	*cap = n;
-	return 0;
+	return em_buf_reserve(buf, cap, need);
 }

@@ -165,14 +165,9 @@ static int cursor_fill(struct rec_cursor *c, uint64_t x, uint64_t want)
 		c->why = "record length out of range";
 		return EMBER_ECORRUPT;
 	}
-	if (len > c->cap) {
-		uint8_t *b = em_alloc_io(len);
-		if (!b)
-			return EMBER_ENOMEM;
-		em_free(c->buf, c->cap);
-		c->buf = b;
-		c->cap = len;
-	}
+	int rc = em_buf_reserve(&c->buf, &c->cap, len);
+	if (rc < 0)
+		return rc;
 	/* the bound before the read: every byte below it is final in the file */
 	uint64_t trusted = c->track_flushed ? hlog_load(&c->rules.log->flushed) : c->rules.end;
 	int res = c->read(c->ctx, c->buf, (uint32_t)len, off);

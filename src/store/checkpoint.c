@@ -98,48 +98,7 @@ struct ckpt {
 	int stop, started;
 };
 
-/* ---- errors and paths ------------------------------------------------------------ */
-
-void db_report(struct ember_db *db, const char *fmt, ...)
-{
-	char line[256];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	pthread_mutex_lock(&db->err_mu);
-	memcpy(db->err_detail, line, sizeof(line));
-	db->has_err = 1;
-	pthread_mutex_unlock(&db->err_mu);
-	if (db->opts.log_fn)
-		db->opts.log_fn(db->opts.log_arg, line);
-	else
-		fprintf(stderr, "ember: %s\n", line);
-}
-
-int ember_error_detail(ember_db *db, char *buf, size_t cap)
-{
-	if (!db || db->magic != DB_MAGIC || !buf || !cap)
-		return EMBER_EINVAL;
-	pthread_mutex_lock(&db->err_mu);
-	int has = db->has_err;
-	if (has)
-		snprintf(buf, cap, "%s", db->err_detail);
-	pthread_mutex_unlock(&db->err_mu);
-	if (!has) {
-		buf[0] = '\0';
-		return EMBER_ENOTFOUND;
-	}
-	return 0;
-}
-
-int ember_recovery_info_get(ember_db *db, ember_recovery_info *out)
-{
-	if (!db || db->magic != DB_MAGIC || !out)
-		return EMBER_EINVAL;
-	*out = db->recovery;
-	return 0;
-}
+/* ---- paths ------------------------------------------------------------------- */
 
 /* dir/checkpoints[/name[/file]] into a fresh string */
 static char *ck_path(struct ember_db *db, const char *name, const char *file)
@@ -638,7 +597,7 @@ int ckpt_take(struct ember_db *db, uint64_t *id_out)
 	rc = 0;
 	/* step 2 */
 	m.hot_replay = hlog_load(&db->hot->tail);
-	epoch_wait_safe(db);
+	epoch_wait_safe(db->ep);
 	/* step 3 */
 	rc = fw_open(&w, &ring, ipath);
 	if (rc == 0)

@@ -1,7 +1,7 @@
 /*
  * cold.c - the cold tier's writes: cold-index entry updates (the chunk CAS) and
  * appends to the cold log; and the synchronous record read they share with
- * compaction. Design notes of the cold index are in index/cold_index.h.
+ * compaction (read_record_sync). Design notes of the cold index are in index/cold_index.h.
  *
  * Why cold_insert(expected) never loses a newer write: every record of a chain is
  * linked by a CAS of the chain's one entry. If the CAS from expected succeeds,
@@ -15,47 +15,6 @@
 #include <string.h>
 
 #include "core/alloc.h"
-
-struct sync_read {
-	int res;
-	int done;
-};
-
-static void sync_read_done(void *ctx, uint64_t ud, int res)
-{
-	(void)ud;
-	struct sync_read *r = ctx;
-	r->res = res;
-	r->done = 1;
-}
-
-int session_read_sync(ember_session *s, struct em_file *f, void *buf, uint32_t len,
-			  uint64_t off)
-{
-	if (s->ring_broken)
-		return EMBER_EIO;
-	struct sync_read r = {0, 0};
-	int rc = em_ring_read(&s->ring, f, buf, len, off, 0);
-	if (rc == 0)
-		rc = em_ring_submit(&s->ring);
-	while (rc == 0 && !r.done) {
-		rc = em_ring_reap(&s->ring, 1, sync_read_done, &r);
-		rc = rc < 0 ? rc : 0;
-	}
-	if (rc < 0) {
-		s->ring_broken = 1;
-		return rc;
-	}
-	stat_add(&s->cur->ios, 1);
-	stat_add(&s->cur->io_bytes, len);
-	return r.res;
-}
-
-int session_read_fn(void *ctx, void *buf, uint32_t len, uint64_t off)
-{
-	struct sync_src *src = ctx;
-	return session_read_sync(src->s, src->f, buf, len, off);
-}
 
 int read_record_sync(ember_session *s, struct hlog *log, struct em_file *f, uint64_t addr,
 		     const void *key, uint32_t klen, struct record **out)

@@ -351,18 +351,6 @@ out:
 	return rc;
 }
 
-void epoch_wait_safe(struct ember_db *db)
-{
-	/* seq_cst: read the epoch before the bump that ends it */
-	uint64_t e = atomic_load(&db->ep->current);
-	epoch_bump(db->ep, NULL, NULL);
-	while (epoch_safe(db->ep) < e) {
-		epoch_drain(db->ep);
-		struct timespec ts = {0, 20000};
-		nanosleep(&ts, NULL);
-	}
-}
-
 static void clean_hot_index(struct ember_db *db, uint64_t begin)
 {
 	struct hash_index *hi = &db->index;
@@ -502,7 +490,7 @@ static int compact_pass(struct compactor *c, ember_session *s, int kind, uint64_
 									 memory_order_release,
 									 memory_order_relaxed))
 			;
-		epoch_wait_safe(db);
+		epoch_wait_safe(db->ep);
 		/* give the file space back, as far as no checkpoint needs it */
 		int prc = ckpt_release(db, kind, a, &s->ring);
 		if (prc < 0)

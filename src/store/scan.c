@@ -18,7 +18,7 @@
  *
  * Invariants
  *  1. Tail snapshot: a walk reads the tails, then waits until every thread has left
- *     the epoch current at that moment (wait_epoch). Every record below a snapshot
+ *     the epoch current at that moment (epoch_wait_safe). Every record below a snapshot
  *     tail is then fully written, and linked or marked invalid (hlog.h, invariant
  *     2; ops.c links or invalidates before it leaves its epoch).
  *  2. The walker is protected only while it reads records in memory or index
@@ -236,20 +236,6 @@ static int cursor_resync(struct cursor *c)
 		return 0;
 	}
 	return rec_cursor_resync(&c->file, c->a, limit, &c->a);
-}
-
-/* Wait until every thread has left the epoch current now (the caller is not
- * protected): every record below a tail read before the call is complete. */
-static void wait_epoch(struct ember_db *db)
-{
-	/* seq_cst: the epoch is read after the tails the caller loaded */
-	uint64_t e = atomic_load(&db->ep->current);
-	epoch_bump(db->ep, NULL, NULL);
-	while (epoch_safe(db->ep) < e) {
-		epoch_drain(db->ep);
-		struct timespec ts = {0, 20000};
-		nanosleep(&ts, NULL);
-	}
 }
 
 /* An internal session whose I/O is counted apart (note 4). */
@@ -497,18 +483,13 @@ static int hops_read(struct iter *it, size_t nh)
 			uint64_t len = em_align_up(h->addr + h->want - off, EM_IO_ALIGN);
 			if (len > UINT32_MAX - EM_IO_ALIGN)
 				return EMBER_ECORRUPT;
-			if (len > h->cap) {
-				uint8_t *b = em_alloc_io(len);
-				if (!b)
-					return EMBER_ENOMEM;
-				em_free(h->buf, h->cap);
-				h->buf = b;
-				h->cap = len;
-			}
+			int rc = em_buf_reserve(&h->buf, &h->cap, len);
+			if (rc < 0)
+				return rc;
 			h->off = off;
 			h->len = (uint32_t)len;
 			h->res = 0;
-			int rc = em_ring_read(&s->ring, h->cold ? &db->cold_file : &db->hot_file, h->buf,
+			rc = em_ring_read(&s->ring, h->cold ? &db->cold_file : &db->hot_file, h->buf,
 					      (uint32_t)len, off, next);
 			if (rc < 0)
 				return rc;
@@ -855,7 +836,7 @@ int ember_iterate(ember_db *db, ember_iter_fn fn, void *arg)
 	walking = &frame;
 	it.t_hot = hlog_load(&db->hot->tail);
 	it.t_cold = hlog_load(&db->cold->tail);
-	wait_epoch(db);
+	epoch_wait_safe(db->ep);
 	rc = iter_log(&it, db->hot, &db->hot_file, "hot.log", it.t_hot, ST_HOT);
 	if (rc == 0 && it.t_cold > hlog_load(&db->cold->begin))
 		rc = chunk_snapshot(&it);
@@ -1106,7 +1087,7 @@ int ember_verify(ember_db *db, ember_verify_report *report)
 	uint64_t t_hot = hlog_load(&db->hot->tail);
 	uint64_t t_cold = hlog_load(&db->cold->tail);
 	uint64_t t_chunks = hlog_load(&db->chunks->tail);
-	wait_epoch(db);
+	epoch_wait_safe(db->ep);
 	rc = verify_log(&v, db->hot, &db->hot_file, "hot.log", 0, t_hot);
 	if (rc == 0)
 		rc = verify_log(&v, db->cold, &db->cold_file, "cold.log", 0, t_cold);

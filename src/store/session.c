@@ -176,3 +176,27 @@ int session_buf_reserve(uint8_t **buf, size_t *cap, size_t need)
 {
 	return em_buf_reserve(buf, cap, need);
 }
+
+int session_read_sync(ember_session *s, struct em_file *f, void *buf, uint32_t len,
+		      uint64_t off)
+{
+	if (s->ring_broken)
+		return EMBER_EIO;
+	int res = 0;
+	int rc = em_ring_read(&s->ring, f, buf, len, off, 0);
+	if (rc == 0)
+		rc = em_ring_wait_one(&s->ring, &res);
+	if (rc < 0) {
+		s->ring_broken = 1;
+		return rc;
+	}
+	stat_add(&s->cur->ios, 1);
+	stat_add(&s->cur->io_bytes, len);
+	return res;
+}
+
+int session_read_fn(void *ctx, void *buf, uint32_t len, uint64_t off)
+{
+	struct sync_src *src = ctx;
+	return session_read_sync(src->s, src->f, buf, len, off);
+}

@@ -214,6 +214,10 @@ struct ember_db {
 	int has_err;
 };
 
+/* Record an error's detail (file, offset, what) for ember_error_detail and send it
+ * to the log function (report.c). */
+void db_report(struct ember_db *db, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* The file name of one of db's logs (for error details). */
 static inline const char *log_file_name(struct ember_db *db, struct hlog *l)
 {

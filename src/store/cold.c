@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/debug.h"
 
 int read_record_sync(ember_session *s, struct hlog *log, struct em_file *f, uint64_t addr,
 		     const void *key, uint32_t klen, struct record **out)
@@ -61,6 +62,9 @@ static int chunk_fetch(ember_session *s, uint64_t chunk, uint64_t ca, int may_wa
 		return EMBER_EAGAIN;
 	if (rc < 0)
 		return rc;
+	EM_DEBUG_CHECK(ca >= hlog_load(&db->chunks->begin) || ci_table_load(ci, chunk) != ca,
+		       "cold_index.h note 4: the table names chunk %llu below the chunk log's begin",
+		       (unsigned long long)chunk);
 	if (!ci_chunk_ok(ci, r, chunk)) {
 		db_report(db, "cold.idx at offset %llu: not a well-formed copy of chunk %llu",
 			  (unsigned long long)ca, (unsigned long long)chunk);
@@ -81,6 +85,12 @@ int cold_entry_get(ember_session *s, uint64_t hash, uint64_t *entry)
 			*entry = 0;
 			return 0;
 		}
+		/* cold_index.h, notes 2 and 4: a table word names a copy of its own chunk
+		 * in the chunk log, below its tail */
+		EM_DEBUG_CHECK(ca >= EM_LOG_START && ca < hlog_load(&s->db->chunks->tail),
+			       "cold_index.h note 2: chunk %llu at %llu, chunk log tail %llu",
+			       (unsigned long long)chunk, (unsigned long long)ca,
+			       (unsigned long long)hlog_load(&s->db->chunks->tail));
 		struct record *r;
 		int rc = chunk_fetch(s, chunk, ca, 1, &r);
 		if (rc == EMBER_EAGAIN)

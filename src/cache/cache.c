@@ -153,6 +153,7 @@
 #include "cache/cache_int.h"
 #include "cache/oracle.h"
 #include "cache/slot_store.h"
+#include "core/debug.h"
 #include "core/alloc.h"
 
 /* ---- write-back and fetch (the prefetcher, or the closing thread) ------------------ */
@@ -236,6 +237,13 @@ static int fetch_round(struct ember_cache *c, struct cbatch *b, uint32_t release
 	if (n == 0)
 		return 0;
 	struct omiss *ms = ob->miss + b->mdone;
+	for (uint32_t j = 0; j < n; j++) {
+		EM_DEBUG_CHECK(ms[j].slot < c->capacity, "C1: slot %u of a capacity of %llu",
+			       ms[j].slot, (unsigned long long)c->capacity);
+		EM_DEBUG_CHECK(ms[j].vlast == ORACLE_NONE || ms[j].vlast < released,
+			       "C3: a slot refilled while batch %u, which uses its row, is "
+			       "unreleased (released %u)", ms[j].vlast, released);
+	}
 
 	/* evictions: dirty victims go back to the store before any read (C4) */
 	uint32_t wsl[64];

@@ -5,6 +5,8 @@
 
 #include "core/fault.h"
 
+#include <ember.h>
+
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -143,4 +145,20 @@ void *em_alloc_io(size_t size)
 	if (p)
 		(void)madvise(p, size & ~(size_t)(EM_HUGE_BYTES - 1), MADV_HUGEPAGE);
 	return p;
+}
+
+int em_buf_reserve(unsigned char **buf, size_t *cap, size_t need)
+{
+	if (*cap >= need)
+		return 0;
+	size_t n = *cap ? *cap : 256;
+	while (n < need)
+		n *= 2;
+	unsigned char *p = em_alloc_io(n); /* fit for O_DIRECT reads */
+	if (!p)
+		return EMBER_ENOMEM;
+	em_free(*buf, *cap);
+	*buf = p;
+	*cap = n;
+	return 0;
 }

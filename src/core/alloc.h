@@ -34,4 +34,8 @@ int em_alloc_uses_jemalloc(void);
 #define EM_HUGE_BYTES (2u << 20)
 void *em_alloc_io(size_t size);
 
+/* Grow *buf (an em_alloc_io buffer of *cap bytes, or NULL and 0) to hold need
+ * bytes, doubling from 256; its contents are not kept. 0 or EMBER_ENOMEM. */
+int em_buf_reserve(unsigned char **buf, size_t *cap, size_t need);
+
 #endif

@@ -13,6 +13,7 @@
 
 #include <sched.h>
 #include <string.h>
+#include <time.h>
 
 #define ACTION_FREE UINT64_MAX
 #define ACTION_FILLING (UINT64_MAX - 1)
@@ -179,5 +180,17 @@ void epoch_bump(struct epoch *ep, epoch_action_fn fn, void *arg)
 		/* every action slot is taken: help drain, then retry */
 		if (epoch_drain(ep) == 0)
 			sched_yield();
+	}
+}
+
+void epoch_wait_safe(struct epoch *ep)
+{
+	/* seq_cst: read the epoch after whatever the caller loaded before the call */
+	uint64_t e = atomic_load(&ep->current);
+	epoch_bump(ep, NULL, NULL);
+	while (epoch_safe(ep) < e) {
+		epoch_drain(ep);
+		struct timespec ts = {0, 20000};
+		nanosleep(&ts, NULL);
 	}
 }

@@ -79,6 +79,11 @@ uint64_t epoch_safe(struct epoch *ep);
 /* Run the actions whose epoch is safe. Returns how many ran. */
 int epoch_drain(struct epoch *ep);
 
+/* Wait until every thread has left the epoch current at the call, draining
+ * actions meanwhile (the caller must not be protected): whatever a thread did
+ * inside an epoch before the call is complete when it returns. */
+void epoch_wait_safe(struct epoch *ep);
+
 static inline int epoch_is_protected(struct epoch *ep, int id)
 {
 	/* relaxed: the owner reads its own slot */

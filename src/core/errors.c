@@ -38,3 +38,22 @@ const char *ember_strerror(int code)
 	}
 	return "unknown error code";
 }
+
+#ifdef EMBER_DEBUG_CHECKS
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/debug.h"
+
+void em_debug_fail(const char *file, int line, const char *cond, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "ember: debug check failed at %s:%d: %s: ", file, line, cond);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	abort();
+}
+#endif

@@ -105,15 +105,19 @@ static inline uint64_t ci_entry(const struct cold_index *ci, struct record *chun
 				    memory_order_acquire);
 }
 
-/* Is rec a well-formed copy of chunk c? (checked on every chunk read from disk) */
+/* Is rec (which passed rec_check) a well-formed copy of chunk c (CI_ANY_CHUNK:
+ * of any chunk of the table)? Checked on every chunk read back, and by
+ * ember_verify on every record of the chunk log. */
+#define CI_ANY_CHUNK UINT64_MAX
 static inline int ci_chunk_ok(const struct cold_index *ci, struct record *rec, uint64_t chunk)
 {
 	uint64_t id;
 	if (rec->key_len != 8 || rec->val_cap != ci->chunk_bytes ||
-	    atomic_load_explicit(&rec->val_len, memory_order_relaxed) != ci->chunk_bytes)
+	    atomic_load_explicit(&rec->val_len, memory_order_relaxed) != ci->chunk_bytes ||
+	    (rec_header(rec) & (REC_TOMBSTONE | EM_ADDR_MASK)))
 		return 0;
 	memcpy(&id, rec_key(rec), 8);
-	return id == chunk;
+	return chunk == CI_ANY_CHUNK ? id < ci->nchunks : id == chunk;
 }
 
 /* Give the cold index an entry cache of about bytes (note 5; 0: none). Call once,

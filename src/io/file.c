@@ -1056,18 +1056,23 @@ static void sync_cb(void *ctx, uint64_t ud, int res)
 	sr->done = 1;
 }
 
-static int sync_wait(struct em_ring *r)
+int em_ring_wait_one(struct em_ring *r, int *res)
 {
 	struct sync_result sr = {0, 0};
 	int rc = em_ring_submit(r);
-	if (rc < 0)
-		return rc;
-	while (!sr.done) {
+	while (rc == 0 && !sr.done) {
 		rc = em_ring_reap(r, 1, sync_cb, &sr);
-		if (rc < 0)
-			return rc;
+		rc = rc < 0 ? rc : 0;
 	}
-	return sr.res;
+	*res = sr.res;
+	return rc;
+}
+
+static int sync_wait(struct em_ring *r)
+{
+	int res;
+	int rc = em_ring_wait_one(r, &res);
+	return rc < 0 ? rc : res;
 }
 
 /* A synchronous read or write, one segment at a time on a segmented file. */

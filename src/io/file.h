@@ -150,6 +150,10 @@ int em_ring_reap(struct em_ring *r, unsigned min_complete, em_ring_cb cb, void *
 /* Like em_ring_reap with min_complete 1, but gives up after timeout_us. */
 int em_ring_reap_timeout(struct em_ring *r, unsigned timeout_us, em_ring_cb cb, void *ctx);
 
+/* Submit what is queued on r and wait for the one request in flight: 0 with *res
+ * its result (bytes or -errno), or the ring's error. */
+int em_ring_wait_one(struct em_ring *r, int *res);
+
 /* Synchronous helpers for small metadata I/O, through ring r: whole length or
  * an error (-EIO for a short transfer). */
 int em_io_pread(struct em_ring *r, struct em_file *f, void *buf, uint32_t len, uint64_t off);

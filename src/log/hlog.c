@@ -4,6 +4,8 @@
  */
 #include "log/hlog.h"
 
+#include "core/debug.h"
+
 #include <ember.h>
 #include <errno.h>
 #include <poll.h>
@@ -303,6 +305,26 @@ static void worker_flush(struct hlog *l)
 		set_error(l, EMBER_EIO);
 }
 
+/* Invariants 1 and 4 (hlog.h): begin <= head <= safe_ro <= ro <= tail, and head <=
+ * flushed. Each bound only grows, so loading them from the oldest region to the
+ * newest keeps the order of the true values. */
+static void check_regions(struct hlog *l)
+{
+	if (!EM_DEBUG_CHECKS_ON)
+		return;
+	uint64_t begin = hlog_load(&l->begin), head = hlog_load(&l->head);
+	uint64_t sro = hlog_load(&l->safe_read_only), ro = hlog_load(&l->read_only);
+	uint64_t tail = hlog_load(&l->tail);
+	EM_DEBUG_CHECK(head < EM_LOG_START || begin <= head, "hlog.h invariant 1: begin %llu above "
+		       "head %llu", (unsigned long long)begin, (unsigned long long)head);
+	EM_DEBUG_CHECK(head <= sro && sro <= ro && ro <= tail, "hlog.h invariant 1: head %llu "
+		       "safe_ro %llu ro %llu tail %llu", (unsigned long long)head,
+		       (unsigned long long)sro, (unsigned long long)ro, (unsigned long long)tail);
+	uint64_t flushed = hlog_load(&l->flushed);
+	EM_DEBUG_CHECK(head <= flushed, "hlog.h invariant 4: head %llu above flushed %llu",
+		       (unsigned long long)head, (unsigned long long)flushed);
+}
+
 static void worker_step(struct hlog *l)
 {
 	uint64_t tail = hlog_load(&l->tail);
@@ -349,6 +371,7 @@ static void worker_step(struct hlog *l)
 			l->evict(l->evict_ctx, head > EM_LOG_START ? head : EM_LOG_START, h);
 		bump(l, &l->head, h, set_safe_head);
 	}
+	check_regions(l);
 }
 
 static int bumps_pending(struct hlog *l)

@@ -88,22 +88,6 @@ static inline uint64_t rec_head_size(const struct record *r)
 {
 	return REC_HDR_SIZE + em_align_up(r->key_len, 8);
 }
-/*
- * Is the head of a record (not a filler) read back from disk at address a
- * well-formed: lengths in range, no reserved bits, prev below a? The checksum,
- * which needs the value too, is not checked: callers that trust a head without it
- * are compaction's large-record scans and liveness lookups (docs/compaction.md,
- * "Large records"), nothing that returns a value.
- */
-static inline int rec_head_ok(struct record *r, uint64_t a, uint64_t max_record)
-{
-	uint64_t hdr = rec_header(r);
-	uint64_t prev = hdr & EM_ADDR_MASK;
-	uint32_t vlen = atomic_load_explicit(&r->val_len, memory_order_relaxed); /* private */
-	return !(hdr & (REC_RESERVED_BITS | REC_FILLER)) && r->reserved == 0 && r->key_len != 0 &&
-	       r->key_len <= (64u << 10) && !(r->val_cap & 7) && r->val_cap <= max_record &&
-	       vlen <= r->val_cap && prev < a && (prev == 0 || prev >= EM_LOG_START);
-}
 static inline int rec_key_eq(struct record *r, const void *key, uint32_t klen)
 {
 	if (r->key_len != klen)

@@ -102,17 +102,11 @@ int ember_get_batch(ember_session *s, size_t n, const void *const keys[], const 
 		}
 		for (size_t i = g; i < end; i++) {
 			uint64_t e = s->baddr[i], at = 0;
-			struct record *x = e ? rc_hit(db, e, keys[i], (uint32_t)klens[i]) : NULL;
-			if (x) {
-				status[i] = rec_read_value(x, bufs[i], caps[i], &vlens[i]);
-				stat_add(&s->st.reads[TIER_RC], 1);
-				continue;
-			}
-			struct record *r = e ? trace_mem(hot, hot_chain(db, e), keys[i], (uint32_t)klens[i], &at)
-					     : NULL;
+			int tier;
+			struct record *r = front_find(db, e, keys[i], (uint32_t)klens[i], 1, &at, &tier);
 			if (r) {
 				status[i] = rec_read_value(r, bufs[i], caps[i], &vlens[i]);
-				stat_add(&s->st.reads[TIER_HOT_MEM], 1);
+				stat_add(&s->st.reads[tier], 1);
 				continue;
 			}
 			/* on disk, or in the cold tier: resolved together below */

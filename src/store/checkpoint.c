@@ -98,48 +98,7 @@ struct ckpt {
 	int stop, started;
 };
 
-/* ---- errors and paths ------------------------------------------------------------ */
-
-void db_report(struct ember_db *db, const char *fmt, ...)
-{
-	char line[256];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	pthread_mutex_lock(&db->err_mu);
-	memcpy(db->err_detail, line, sizeof(line));
-	db->has_err = 1;
-	pthread_mutex_unlock(&db->err_mu);
-	if (db->opts.log_fn)
-		db->opts.log_fn(db->opts.log_arg, line);
-	else
-		fprintf(stderr, "ember: %s\n", line);
-}
-
-int ember_error_detail(ember_db *db, char *buf, size_t cap)
-{
-	if (!db || db->magic != DB_MAGIC || !buf || !cap)
-		return EMBER_EINVAL;
-	pthread_mutex_lock(&db->err_mu);
-	int has = db->has_err;
-	if (has)
-		snprintf(buf, cap, "%s", db->err_detail);
-	pthread_mutex_unlock(&db->err_mu);
-	if (!has) {
-		buf[0] = '\0';
-		return EMBER_ENOTFOUND;
-	}
-	return 0;
-}
-
-int ember_recovery_info_get(ember_db *db, ember_recovery_info *out)
-{
-	if (!db || db->magic != DB_MAGIC || !out)
-		return EMBER_EINVAL;
-	*out = db->recovery;
-	return 0;
-}
+/* ---- paths ------------------------------------------------------------------- */
 
 /* dir/checkpoints[/name[/file]] into a fresh string */
 static char *ck_path(struct ember_db *db, const char *name, const char *file)
@@ -638,7 +597,7 @@ int ckpt_take(struct ember_db *db, uint64_t *id_out)
 	rc = 0;
 	/* step 2 */
 	m.hot_replay = hlog_load(&db->hot->tail);
-	epoch_wait_safe(db);
+	epoch_wait_safe(db->ep);
 	/* step 3 */
 	rc = fw_open(&w, &ring, ipath);
 	if (rc == 0)
@@ -1141,84 +1100,59 @@ static int index_set(struct hash_index *hi, uint64_t hash, uint64_t addr)
 /* The lengths of a record header read back in replay are sane: a key of 1 ..
  * EMBER_MAX_KEY_LEN bytes (none for a filler) and a value that fits the log's
  * memory, so rec_total_size is bounded before anything is read by it. */
-static int replay_head_ok(const struct hlog *l, struct record *r)
+struct replay_src {
+	struct em_ring *ring;
+	struct em_file *f;
+	uint64_t file_end; /* the checkpoint's hot end, block aligned */
+};
+
+/* rec_read_fn for replay: the hot log's file up to the checkpoint's end. */
+static int replay_read(void *ctx, void *buf, uint32_t len, uint64_t off)
 {
-	int filler = (rec_header(r) & REC_FILLER) != 0;
-	return (filler || (r->key_len > 0 && r->key_len <= EMBER_MAX_KEY_LEN)) &&
-	       r->val_cap <= l->mem_size;
+	struct replay_src *rs = ctx;
+	if (off >= rs->file_end)
+		return 0;
+	if (len > rs->file_end - off)
+		len = (uint32_t)(rs->file_end - off);
+	int rc = em_io_pread(rs->ring, rs->f, buf, len, off);
+	return rc < 0 ? rc : (int)len;
 }
 
+/* Link every record of [hot_replay, hot_end) into the index, as a read would
+ * find it: each one must pass rec_check (log/record_reader.h). */
 static int replay(struct ember_db *db, const struct ckpt_meta *m, struct em_ring *ring)
 {
 	struct hlog *l = db->hot;
-	uint64_t end = m->hot_end, file_end = em_align_up(end, EM_IO_ALIGN);
-	size_t cap = REPLAY_WINDOW;
-	uint8_t *buf = em_alloc_io(cap);
-	if (!buf)
-		return EMBER_ENOMEM;
-	uint64_t wstart = 0, wend = 0; /* the window [wstart, wend) buf holds */
+	struct replay_src src = {ring, &db->hot_file, em_align_up(m->hot_end, EM_IO_ALIGN)};
+	struct rec_rules ru = {.log = l, .max_cap = db->max_record, .end = m->hot_end, .fillers = 1};
+	struct rec_cursor cur;
+	rec_cursor_init(&cur, &ru, replay_read, &src, REPLAY_WINDOW, 0);
 	int rc = 0;
-	for (uint64_t a = m->hot_replay; a < end;) {
-		a = hlog_skip_gap(l, a);
-		if (a >= end)
+	for (uint64_t a = hlog_skip_gap(l, m->hot_replay); a < m->hot_end;
+	     a = hlog_skip_gap(l, a)) {
+		struct record *r;
+		int head_only;
+		rc = rec_cursor_get(&cur, a, 1, &r, &head_only);
+		if (rc == EMBER_ECORRUPT) {
+			db_report(db, "hot.log at offset %" PRIu64 ": %s (replay of checkpoint %" PRIu64 ")",
+				  a, cur.why, m->id);
 			break;
-		for (int pass = 0; pass < 2; pass++) {
-			/* pass 0: the header; pass 1: the whole record, sized by the header
-			 * once its lengths are checked (a damaged one asked for up to 8 GiB) */
-			if (pass == 1 && !replay_head_ok(l, (struct record *)(void *)(buf + (a - wstart)))) {
-				db_report(db, "hot.log at offset %" PRIu64 ": record length out of range "
-					  "(replay of checkpoint %" PRIu64 ")", a, m->id);
-				rc = EMBER_ECORRUPT;
-				goto out;
-			}
-			uint64_t need = pass == 0 ? REC_HDR_SIZE
-						  : rec_total_size((struct record *)(void *)(buf + (a - wstart)));
-			if (a + need > end) {
-				db_report(db, "hot.log at offset %" PRIu64 ": record runs past the "
-					  "checkpoint's end %" PRIu64 " (replay)", a, end);
-				rc = EMBER_ECORRUPT;
-				goto out;
-			}
-			if (a >= wstart && a + need <= wend)
-				continue;
-			wstart = em_align_down(a, EM_IO_ALIGN);
-			uint64_t want = em_align_up(a + need, EM_IO_ALIGN) - wstart;
-			if (want > cap) {
-				em_free(buf, 0);
-				cap = want;
-				buf = em_alloc_io(cap);
-				if (!buf)
-					return EMBER_ENOMEM;
-			}
-			uint64_t len = cap < file_end - wstart ? cap : file_end - wstart;
-			rc = em_io_pread(ring, &db->hot_file, buf, (uint32_t)len, wstart);
-			if (rc < 0) {
-				db_report(db, "hot.log at offset %" PRIu64 ": read failed during replay: %s",
-					  wstart, ember_strerror(rc));
-				goto out;
-			}
-			wend = wstart + len;
 		}
-		struct record *r = (struct record *)(void *)(buf + (a - wstart));
-		uint64_t hdr = rec_header(r);
-		int filler = (hdr & REC_FILLER) != 0;
-		if ((!filler && (r->key_len == 0 || r->key_len > EMBER_MAX_KEY_LEN)) ||
-		    r->val_cap > l->mem_size || r->val_len > r->val_cap || r->checksum != rec_checksum(r)) {
-			db_report(db, "hot.log at offset %" PRIu64 ": record fails its checksum or "
-				  "length checks (replay of checkpoint %" PRIu64 ")", a, m->id);
-			rc = EMBER_ECORRUPT;
-			goto out;
+		if (rc < 0) {
+			db_report(db, "hot.log at offset %" PRIu64 ": read failed during replay: %s", a,
+				  ember_strerror(rc));
+			break;
 		}
-		if (!(hdr & (REC_FILLER | REC_INVALID))) {
+		rc = 0;
+		if (!(rec_header(r) & (REC_FILLER | REC_INVALID))) {
 			rc = index_set(&db->index, em_hash(rec_key(r), r->key_len), a);
 			if (rc < 0)
-				goto out;
+				break;
 			db->recovery.records_replayed++;
 		}
 		a += rec_total_size(r);
 	}
-out:
-	em_free(buf, 0);
+	rec_cursor_free(&cur);
 	return rc;
 }
 

@@ -82,8 +82,5 @@ int ckpt_active(struct ember_db *db);
  */
 int ckpt_release(struct ember_db *db, int kind, uint64_t a, struct em_ring *ring);
 
-/* Record an error's detail (file, offset, what) for ember_error_detail and send it
- * to the log function. */
-void db_report(struct ember_db *db, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

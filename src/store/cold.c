@@ -1,7 +1,7 @@
 /*
  * cold.c - the cold tier's writes: cold-index entry updates (the chunk CAS) and
  * appends to the cold log; and the synchronous record read they share with
- * compaction. Design notes of the cold index are in index/cold_index.h.
+ * compaction (read_record_sync). Design notes of the cold index are in index/cold_index.h.
  *
  * Why cold_insert(expected) never loses a newer write: every record of a chain is
  * linked by a CAS of the chain's one entry. If the CAS from expected succeeds,
@@ -15,86 +15,24 @@
 #include <string.h>
 
 #include "core/alloc.h"
-
-struct sync_read {
-	int res;
-	int done;
-};
-
-static void sync_read_done(void *ctx, uint64_t ud, int res)
-{
-	(void)ud;
-	struct sync_read *r = ctx;
-	r->res = res;
-	r->done = 1;
-}
-
-int session_read_sync(ember_session *s, struct em_file *f, void *buf, uint32_t len,
-			  uint64_t off)
-{
-	if (s->ring_broken)
-		return EMBER_EIO;
-	struct sync_read r = {0, 0};
-	int rc = em_ring_read(&s->ring, f, buf, len, off, 0);
-	if (rc == 0)
-		rc = em_ring_submit(&s->ring);
-	while (rc == 0 && !r.done) {
-		rc = em_ring_reap(&s->ring, 1, sync_read_done, &r);
-		rc = rc < 0 ? rc : 0;
-	}
-	if (rc < 0) {
-		s->ring_broken = 1;
-		return rc;
-	}
-	stat_add(&s->cur->ios, 1);
-	stat_add(&s->cur->io_bytes, len);
-	return r.res;
-}
+#include "core/debug.h"
 
 int read_record_sync(ember_session *s, struct hlog *log, struct em_file *f, uint64_t addr,
-		     uint64_t max_record, struct record **out)
+		     const void *key, uint32_t klen, struct record **out)
 {
-	uint64_t want = FIRST_READ_MIN;
-	for (int attempt = 0; attempt < 2; attempt++) {
-		uint64_t off = em_align_down(addr, EM_IO_ALIGN);
-		uint64_t len = em_align_up(addr + want - off, EM_IO_ALIGN);
-		if (len > UINT32_MAX - EM_IO_ALIGN)
-			return EMBER_ECORRUPT;
-		s->rchunk = 0; /* rbuf is about to hold something else */
-		int rc = session_buf_reserve(&s->rbuf, &s->rbuf_cap, len);
-		if (rc < 0)
-			return rc;
-		int res = session_read_sync(s, f, s->rbuf, (uint32_t)len, off);
-		if (res < 0)
-			return addr < hlog_load(&log->begin) ? EMBER_EAGAIN : res; /* released */
-		uint64_t pos = addr - off;
-		struct record *r = (struct record *)(void *)(s->rbuf + pos);
-		int bad = pos + REC_HDR_SIZE > (uint64_t)res;
-		if (!bad) {
-			uint32_t vlen = atomic_load_explicit(&r->val_len, memory_order_relaxed);
-			bad = r->key_len == 0 || r->key_len > EMBER_MAX_KEY_LEN || (r->val_cap & 7) ||
-			      r->val_cap > max_record || vlen > r->val_cap;
-		}
-		if (!bad && pos + rec_total_size(r) > (uint64_t)res) {
-			if ((uint64_t)res == len && attempt == 0) {
-				want = rec_total_size(r);
-				continue;
-			}
-			bad = 1;
-		}
-		if (!bad && r->checksum != rec_checksum(r))
-			bad = 1;
-		if (bad && addr < hlog_load(&log->begin))
-			return EMBER_EAGAIN; /* compaction moved it meanwhile */
-		if (bad) {
-			db_report(s->db, "%s at offset %llu: record fails its checksum or length checks",
-				  log_file_name(s->db, log), (unsigned long long)addr);
-			return EMBER_ECORRUPT;
-		}
-		*out = r;
-		return 0;
-	}
-	return EMBER_ECORRUPT;
+	struct sync_src src = {s, f};
+	struct rec_rules ru = {.log = log, .max_cap = log_max_record(s->db, log), .key = key,
+			       .klen = klen};
+	const char *why = NULL;
+	s->rchunk = 0; /* rbuf is about to hold something else */
+	int rc = rec_read_at(session_read_fn, &src, &s->rbuf, &s->rbuf_cap, addr, FIRST_READ_MIN,
+			     &ru, out, &why);
+	if (rc < 0 && rc != EMBER_ENOMEM && addr < hlog_load(&log->begin))
+		return EMBER_EAGAIN; /* released, or moved by compaction meanwhile */
+	if (rc == EMBER_ECORRUPT)
+		db_report(s->db, "%s at offset %llu: %s", log_file_name(s->db, log),
+			  (unsigned long long)addr, why);
+	return rc;
 }
 
 /* The chunk record currently at ca, readable (memory, or a private copy read from
@@ -118,12 +56,15 @@ static int chunk_fetch(ember_session *s, uint64_t chunk, uint64_t ca, int may_wa
 		return EMBER_EAGAIN;
 	epoch_unprotect(db->ep, s->slot);
 	struct record *r;
-	int rc = read_record_sync(s, db->chunks, &db->chunk_file, ca, db->max_record, &r);
+	int rc = read_record_sync(s, db->chunks, &db->chunk_file, ca, &chunk, 8, &r);
 	epoch_protect(db->ep, s->slot);
 	if (rc == EMBER_EAGAIN || ci_table_load(ci, chunk) != ca)
 		return EMBER_EAGAIN;
 	if (rc < 0)
 		return rc;
+	EM_DEBUG_CHECK(ca >= hlog_load(&db->chunks->begin) || ci_table_load(ci, chunk) != ca,
+		       "cold_index.h note 4: the table names chunk %llu below the chunk log's begin",
+		       (unsigned long long)chunk);
 	if (!ci_chunk_ok(ci, r, chunk)) {
 		db_report(db, "cold.idx at offset %llu: not a well-formed copy of chunk %llu",
 			  (unsigned long long)ca, (unsigned long long)chunk);
@@ -144,6 +85,12 @@ int cold_entry_get(ember_session *s, uint64_t hash, uint64_t *entry)
 			*entry = 0;
 			return 0;
 		}
+		/* cold_index.h, notes 2 and 4: a table word names a copy of its own chunk
+		 * in the chunk log, below its tail */
+		EM_DEBUG_CHECK(ca >= EM_LOG_START && ca < hlog_load(&s->db->chunks->tail),
+			       "cold_index.h note 2: chunk %llu at %llu, chunk log tail %llu",
+			       (unsigned long long)chunk, (unsigned long long)ca,
+			       (unsigned long long)hlog_load(&s->db->chunks->tail));
 		struct record *r;
 		int rc = chunk_fetch(s, chunk, ca, 1, &r);
 		if (rc == EMBER_EAGAIN)

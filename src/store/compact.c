@@ -37,7 +37,7 @@
  *     entry, and lets a thread that checked begin while protected rely on no entry
  *     being cleared until it leaves (the ABA check in ember_rmw and rc_insert).
  *  6. Large records (HEAD_MIN and up, hot and cold logs) are scanned by their
- *     heads: once the window holds the header and key (checked by rec_head_ok),
+ *     heads: once the window holds the header and key (checked by rec_check_head),
  *     the scan moves on by the size the header gives, and after such a record the
  *     window's next read is small (HEAD_READ, doubling back to WINDOW while the
  *     records it finds are small), so the values of large records are mostly
@@ -48,7 +48,7 @@
  *     it keeps, not what it drops. A dead record's checksum is never checked: its
  *     bytes are dropped unread. What is trusted unchecked is its size; a damaged
  *     size moves the scan into the middle of other data, where the next head fails
- *     rec_head_ok (and a small record its checksum) with all but certainty, and the
+ *     rec_check_head (and a small record its checksum) with all but certainty, and the
  *     pass stops with EMBER_ECORRUPT before begin moves.
  *
  * Triggers: a log's used size is tail - begin. A pass starts when it passes
@@ -87,34 +87,10 @@ struct cand {
 struct scan {
 	ember_session *s;
 	struct hlog *log;
-	struct em_file *f;
-	uint64_t max_record;
 	struct compactor *c;
-	uint64_t off, len; /* the window holds file bytes [off, off + len) */
-	int heads;         /* large records may be taken by their heads (not the chunk log) */
-	uint64_t next_want; /* the window's next read: from HEAD_READ, doubling up to WINDOW */
+	struct sync_src src;
+	struct rec_cursor cur; /* its window is the compactor's buf while the pass runs */
 };
-
-static int window_fill(struct scan *sc, uint64_t x, uint64_t want)
-{
-	struct compactor *c = sc->c;
-	uint64_t off = em_align_down(x, EM_IO_ALIGN);
-	uint64_t len = em_align_up(x + want - off, EM_IO_ALIGN);
-	if (len > c->cap) {
-		uint8_t *b = em_alloc_io(len);
-		if (!b)
-			return EMBER_ENOMEM;
-		em_free(c->buf, c->cap);
-		c->buf = b;
-		c->cap = len;
-	}
-	int res = session_read_sync(sc->s, sc->f, c->buf, (uint32_t)len, off);
-	if (res < 0)
-		return res;
-	sc->off = off;
-	sc->len = (uint64_t)res;
-	return 0;
-}
 
 /* The next record at or after *a and below until. Returns 1 (record in *out at
  * address *a; *head_only: only its head is in the window, note 6), 0 (range done;
@@ -128,60 +104,11 @@ static int scan_next(struct scan *sc, uint64_t *a, uint64_t until, int may_move,
 	*head_only = 0;
 	if (x >= until)
 		return 0;
-	for (int tries = 0;; tries++) {
-		uint64_t wend = sc->off + sc->len;
-		int have_hdr = x >= sc->off && x + REC_HDR_SIZE <= wend;
-		struct record *r = (struct record *)(void *)(sc->c->buf + (x - sc->off));
-		uint64_t size = have_hdr ? rec_total_size(r) : 0;
-		if (have_hdr && sc->heads && size >= HEAD_MIN && !(rec_header(r) & REC_FILLER) &&
-		    x + rec_head_size(r) <= wend) {
-			if (!rec_head_ok(r, x, sc->max_record)) {
-				db_report(sc->s->db, "%s at offset %llu: record head fails its checks "
-					  "(compaction scan)",
-					  log_file_name(sc->s->db, sc->log), (unsigned long long)x);
-				return EMBER_ECORRUPT;
-			}
-			sc->next_want = HEAD_READ;
-			*head_only = 1;
-			*out = r;
-			return 1;
-		}
-		if (have_hdr && x + size <= wend) {
-			int filler = (rec_header(r) & REC_FILLER) != 0;
-			uint32_t vlen = atomic_load_explicit(&r->val_len, memory_order_relaxed);
-			if ((!filler && (r->key_len == 0 || r->key_len > EMBER_MAX_KEY_LEN)) ||
-			    r->val_cap > sc->max_record || vlen > r->val_cap || r->checksum != rec_checksum(r)) {
-				db_report(sc->s->db, "%s at offset %llu: record fails its checksum or "
-					  "length checks (compaction scan)",
-					  log_file_name(sc->s->db, sc->log), (unsigned long long)x);
-				return EMBER_ECORRUPT;
-			}
-			*out = r;
-			return 1;
-		}
-		if (tries > 2) { /* the file ends inside a record below head */
-			db_report(sc->s->db, "%s at offset %llu: the file ends inside a record",
-				  log_file_name(sc->s->db, sc->log), (unsigned long long)x);
-			return EMBER_ECORRUPT;
-		}
-		if (!may_move)
-			return 2;
-		if (have_hdr && size > sc->max_record + REC_HDR_SIZE) {
-			db_report(sc->s->db, "%s at offset %llu: record length out of range",
-				  log_file_name(sc->s->db, sc->log), (unsigned long long)x);
-			return EMBER_ECORRUPT;
-		}
-		/* after a large record read a little, then twice as much each time while
-		 * records are small: the values of large records after small ones are
-		 * mostly left unread */
-		uint64_t want = sc->next_want;
-		if (have_hdr && size + EM_IO_ALIGN > want)
-			want = size + EM_IO_ALIGN;
-		sc->next_want = sc->next_want * 2 < WINDOW ? sc->next_want * 2 : WINDOW;
-		int rc = window_fill(sc, x, want);
-		if (rc < 0)
-			return rc;
-	}
+	int rc = rec_cursor_get(&sc->cur, x, may_move, out, head_only);
+	if (rc == EMBER_ECORRUPT)
+		db_report(sc->s->db, "%s at offset %llu: %s (compaction scan)",
+			  log_file_name(sc->s->db, sc->log), (unsigned long long)x, sc->cur.why);
+	return rc;
 }
 
 struct live_ctx {
@@ -323,30 +250,22 @@ static int chunks_prefetch(struct compactor *c, ember_session *s, struct cand *c
  */
 static int cand_load(struct compactor *c, struct scan *sc, struct cand *cd, struct record **out)
 {
-	struct record *h = cd->rec;
-	uint64_t size = rec_total_size(h);
-	uint64_t off = em_align_down(cd->addr, EM_IO_ALIGN);
-	uint64_t len = em_align_up(cd->addr + size - off, EM_IO_ALIGN);
-	if (len > c->rcap) {
-		uint8_t *b = em_alloc_io(len);
-		if (!b)
-			return EMBER_ENOMEM;
-		em_free(c->rbuf, c->rcap);
-		c->rbuf = b;
-		c->rcap = len;
+	struct record *h = cd->rec, *r = NULL;
+	struct rec_rules ru = sc->cur.rules;
+	ru.key = rec_key(h);
+	ru.klen = h->key_len;
+	const char *why = NULL;
+	int rc = rec_read_at(session_read_fn, &sc->src, &c->rbuf, &c->rcap, cd->addr,
+			     rec_total_size(h), &ru, &r, &why);
+	if (rc == 0 && (rec_header(r) != rec_header(h) || r->val_cap != h->val_cap)) {
+		why = "not the record its head described";
+		rc = EMBER_ECORRUPT;
 	}
-	int res = session_read_sync(sc->s, sc->f, c->rbuf, (uint32_t)len, off);
-	if (res < 0)
-		return res;
-	struct record *r = (struct record *)(void *)(c->rbuf + (cd->addr - off));
-	if ((uint64_t)res < (cd->addr - off) + size || rec_header(r) != rec_header(h) || r->key_len != h->key_len ||
-	    r->val_cap != h->val_cap || memcmp(rec_key(r), rec_key(h), h->key_len) != 0 ||
-	    !rec_head_ok(r, cd->addr, sc->max_record) || r->checksum != rec_checksum(r)) {
-		db_report(sc->s->db, "%s at offset %llu: record fails its checksum or length checks "
-			  "(compaction copy)", log_file_name(sc->s->db, sc->log),
-			  (unsigned long long)cd->addr);
-		return EMBER_ECORRUPT;
-	}
+	if (rc == EMBER_ECORRUPT)
+		db_report(sc->s->db, "%s at offset %llu: %s (compaction copy)",
+			  log_file_name(sc->s->db, sc->log), (unsigned long long)cd->addr, why);
+	if (rc < 0)
+		return rc;
 	*out = r;
 	return 0;
 }
@@ -432,18 +351,6 @@ out:
 	return rc;
 }
 
-void epoch_wait_safe(struct ember_db *db)
-{
-	/* seq_cst: read the epoch before the bump that ends it */
-	uint64_t e = atomic_load(&db->ep->current);
-	epoch_bump(db->ep, NULL, NULL);
-	while (epoch_safe(db->ep) < e) {
-		epoch_drain(db->ep);
-		struct timespec ts = {0, 20000};
-		nanosleep(&ts, NULL);
-	}
-}
-
 static void clean_hot_index(struct ember_db *db, uint64_t begin)
 {
 	struct hash_index *hi = &db->index;
@@ -495,8 +402,16 @@ static int compact_pass(struct compactor *c, ember_session *s, int kind, uint64_
 	struct hlog *log = kind_log(db, kind);
 	struct em_file *f = kind == COMPACT_HOT ? &db->hot_file
 			    : kind == COMPACT_COLD ? &db->cold_file : &db->chunk_file;
-	struct scan sc = {s, log, f, kind == COMPACT_COLD ? db->cold_max_record : db->max_record,
-			  c, 0, 0, kind != COMPACT_CHUNKS, HEAD_READ};
+	struct scan sc = {.s = s, .log = log, .c = c, .src = {s, f}};
+	struct rec_rules ru = {.log = log, .max_cap = log_max_record(db, log), .fillers = 1};
+	rec_cursor_init(&sc.cur, &ru, session_read_fn, &sc.src, WINDOW, 1);
+	sc.cur.buf = c->buf; /* lent for the pass, given back at out */
+	sc.cur.cap = c->cap;
+	sc.cur.next_want = HEAD_READ;
+	if (kind != COMPACT_CHUNKS) {
+		sc.cur.head_min = HEAD_MIN;
+		sc.cur.head_read = HEAD_READ;
+	}
 	struct cand *cand = em_alloc(sizeof(*cand) * GROUP);
 	struct lookup *lk = em_alloc(sizeof(*lk) * GROUP);
 	int rc = 0;
@@ -575,7 +490,7 @@ static int compact_pass(struct compactor *c, ember_session *s, int kind, uint64_
 									 memory_order_release,
 									 memory_order_relaxed))
 			;
-		epoch_wait_safe(db);
+		epoch_wait_safe(db->ep);
 		/* give the file space back, as far as no checkpoint needs it */
 		int prc = ckpt_release(db, kind, a, &s->ring);
 		if (prc < 0)
@@ -584,6 +499,8 @@ static int compact_pass(struct compactor *c, ember_session *s, int kind, uint64_
 			clean_hot_index(db, a);
 	}
 out:
+	c->buf = sc.cur.buf;
+	c->cap = sc.cur.cap;
 	em_free(cand, 0);
 	em_free(lk, 0);
 	return rc;

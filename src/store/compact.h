@@ -53,9 +53,6 @@ int compact_run(struct ember_db *db, struct ember_session *s, int kind, int forc
  * budgets). */
 int compact_assist(struct ember_session *s);
 
-/* Wait until every thread has left the epoch current at the call (the caller must
- * not be protected). */
-void epoch_wait_safe(struct ember_db *db);
 /* Is the hot (or cold) log past its hard disk budget? */
 int compact_over_hard_limit(struct ember_db *db);
 

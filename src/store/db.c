@@ -632,14 +632,15 @@ int ember_open(const char *dir, const ember_options *opts, ember_db **out)
 		if (rc < 0)
 			goto undo_cidx_only;
 	}
+	/* before replay: it judges records by the limits reads use */
+	db->max_record = db->hot->mem_size < db->cold->mem_size ? db->hot->mem_size / 2
+								 : db->cold->mem_size / 2;
+	db->cold_max_record = db->max_record;
 	if (found) {
 		rc = ckpt_apply(db, &m);
 		if (rc < 0)
 			goto undo_rc;
 	}
-	db->max_record = db->hot->mem_size < db->cold->mem_size ? db->hot->mem_size / 2
-								 : db->cold->mem_size / 2;
-	db->cold_max_record = db->max_record;
 	db->hot_budget = lay.hot_budget;
 	db->cold_budget = lay.cold_budget;
 	db->chunk_budget = lay.chunk_budget;

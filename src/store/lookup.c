@@ -38,7 +38,7 @@
  *     read then fails or restarts and copies again.
  *  8. Compaction's liveness lookups (LK_KEY_ONLY) need only the address of the
  *     key's first record on the chain, never its value: a record whose key matches
- *     is taken on its well-formed head (rec_head_ok), without reading the rest of
+ *     is taken on its well-formed head (rec_check_head), without reading the rest of
  *     it or checking its checksum. Whatever its value holds, a user read of the key
  *     stops at that record too (returning it, or EMBER_ECORRUPT), so the answer is
  *     the one a read would see. A record passed on the way down (another key) is
@@ -176,28 +176,20 @@ static int lk_resolve(struct lookup_run *run, struct lookup *l)
 	struct ember_db *db = run->s->db;
 	if (l->phase == LK_HOT) {
 		uint64_t a = l->addr;
+		uint64_t e = 0, at;
+		int tier = TIER_HOT_MEM;
 		if (a == LK_FROM_INDEX) {
-			uint64_t e = 0;
-			a = 0;
 			l->hot_tail = hlog_load(&db->hot->tail);
-			if (hi_find(&db->index, l->hash, &e)) {
-				struct record *x = (l->flags & LK_HOT_ONLY) ? NULL : rc_hit(db, e, l->key, l->klen);
-				if (x) {
-					l->phase = LK_HOT; /* found above the hot chain: current */
-					l->found = 0;
-					stat_add(&run->s->cur->reads[TIER_RC], 1);
-					finish(run, l, 0, x, 1);
-					return LK_FINISHED;
-				}
-				a = hot_chain(db, e);
-			}
+			(void)hi_find(&db->index, l->hash, &e); /* e stays 0 when there is none */
 			l->hot_entry = e;
 		}
-		uint64_t at;
-		struct record *r = trace_mem(db->hot, a, l->key, l->klen, &at);
+		/* from the index: the read cache, then the hot chain; else from a */
+		struct record *r = a == LK_FROM_INDEX
+					   ? front_find(db, e, l->key, l->klen, !(l->flags & LK_HOT_ONLY), &at, &tier)
+					   : trace_mem(db->hot, a, l->key, l->klen, &at);
 		if (r) {
-			l->found = at;
-			stat_add(&run->s->cur->reads[TIER_HOT_MEM], 1);
+			l->found = at; /* 0 for the read cache: above the hot chain, current */
+			stat_add(&run->s->cur->reads[tier], 1);
 			finish(run, l, 0, r, 1);
 			return LK_FINISHED;
 		}
@@ -345,22 +337,19 @@ static void on_read(struct lookup_run *run, uint32_t idx, int res)
 		return;
 	}
 	uint64_t pos = l->addr - io->off;
-	uint64_t avail = (uint64_t)res;
-	uint64_t max_record = l->phase == LK_COLD ? db->cold_max_record : db->max_record;
+	uint64_t avail = (uint64_t)res > pos ? (uint64_t)res - pos : 0;
+	struct hlog *log = phase_log(db, l->phase);
 	struct record *r = (struct record *)(void *)(buf + pos);
-	if (pos + REC_HDR_SIZE > avail) {
-		next = bad_record(run, l); /* the file ends before the record does */
-		goto out;
+	struct rec_rules ru = {.log = log, .max_cap = log_max_record(db, log)};
+	uint64_t chunk = ci_chunk_of(&db->cidx, l->hash);
+	if (l->phase == LK_CHUNK) {
+		ru.key = &chunk;
+		ru.klen = sizeof(chunk);
 	}
-	uint32_t vlen = atomic_load_explicit(&r->val_len, memory_order_relaxed); /* private */
-	if (r->key_len == 0 || r->key_len > EMBER_MAX_KEY_LEN || (r->val_cap & 7) ||
-	    r->val_cap > max_record || vlen > r->val_cap) {
-		next = bad_record(run, l);
-		goto out;
-	}
-	if ((l->flags & LK_KEY_ONLY) && l->phase != LK_CHUNK &&
-	    pos + REC_HDR_SIZE + l->klen <= avail && rec_key_eq(r, l->key, l->klen) &&
-	    rec_head_ok(r, l->addr, max_record)) {
+	int64_t v = rec_check_head(r, l->addr, avail, &ru, NULL);
+	int mine = v == 0 && l->phase != LK_CHUNK && avail >= rec_head_size(r) &&
+		   rec_key_eq(r, l->key, l->klen);
+	if (mine && (l->flags & LK_KEY_ONLY)) {
 		/* compaction asks only where the key's newest record is (note 8) */
 		l->want = 0;
 		l->found = l->addr;
@@ -368,33 +357,29 @@ static void on_read(struct lookup_run *run, uint32_t idx, int res)
 		next = LK_FINISHED;
 		goto out;
 	}
-	uint64_t size = rec_total_size(r);
-	if (pos + size > avail) {
-		if (avail < io->len || l->want >= size) {
+	int copied = 0;
+	if (v == 0) /* the record asked for: checked while its value is copied (note 7) */
+		v = rec_check_copy(r, l->addr, avail, &ru, mine ? l->dst : NULL, l->dcap, &copied, NULL);
+	if (v < 0) {
+		next = bad_record(run, l);
+		goto out;
+	}
+	if (v > 0) {
+		if ((uint64_t)res < io->len || l->want >= (uint64_t)v) {
 			next = bad_record(run, l); /* short read: the record is cut off */
 			goto out;
 		}
-		l->want = (uint32_t)size;
+		l->want = (uint32_t)v;
 		next = LK_READ;
 		goto out;
 	}
 	l->want = 0;
-	if (l->dst && l->phase != LK_CHUNK && rec_key_eq(r, l->key, l->klen)) {
-		/* the record asked for: check it while copying its value out (note 7) */
-		int c = rec_checksum_copy(r, l->dst, l->dcap);
-		if (c < 0) {
-			next = bad_record(run, l);
-			goto out;
-		}
-		if (c > 0)
-			l->flags |= LK_COPIED;
-	} else if (r->checksum != rec_checksum(r)) {
-		next = bad_record(run, l);
-		goto out;
-	}
+	if (copied)
+		l->flags |= LK_COPIED;
+	uint64_t size = rec_total_size(r);
 	if (l->phase == LK_CHUNK) {
 		struct cold_index *ci = &db->cidx;
-		if (!ci_chunk_ok(ci, r, ci_chunk_of(ci, l->hash))) {
+		if (!ci_chunk_ok(ci, r, chunk)) {
 			next = bad_record(run, l);
 			goto out;
 		}
@@ -422,12 +407,7 @@ static void on_read(struct lookup_run *run, uint32_t idx, int res)
 		next = LK_FINISHED;
 		goto out;
 	}
-	uint64_t prev = rec_prev(r);
-	if (prev >= l->addr) {
-		next = bad_record(run, l); /* chains only go down */
-		goto out;
-	}
-	struct hlog *log = phase_log(db, l->phase);
+	uint64_t prev = rec_prev(r); /* below l->addr: rec_check, R5 */
 	if (prev >= EM_LOG_START && prev >= hlog_load(&log->begin)) {
 		l->addr = prev;
 		next = LK_READ;

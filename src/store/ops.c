@@ -285,20 +285,12 @@ int ember_get(ember_session *s, const void *key, size_t klen, void *buf, size_t 
 	epoch_protect(db->ep, s->slot);
 	uint64_t t0 = hlog_load(&db->hot->tail);
 	uint64_t e = 0, at = 0;
-	struct record *r = NULL;
-	if (hi_find(&db->index, hash, &e)) {
-		struct record *x = rc_hit(db, e, key, (uint32_t)klen);
-		if (x) {
-			rc = rec_read_value(x, buf, cap, vlen);
-			stat_add(&s->st.reads[TIER_RC], 1);
-			epoch_unprotect(db->ep, s->slot);
-			return rc;
-		}
-		r = trace_mem(db->hot, hot_chain(db, e), key, (uint32_t)klen, &at);
-	}
+	int tier;
+	(void)hi_find(&db->index, hash, &e); /* e stays 0 when there is no entry */
+	struct record *r = front_find(db, e, key, (uint32_t)klen, 1, &at, &tier);
 	if (r) {
 		rc = rec_read_value(r, buf, cap, vlen);
-		stat_add(&s->st.reads[TIER_HOT_MEM], 1);
+		stat_add(&s->st.reads[tier], 1);
 		epoch_unprotect(db->ep, s->slot);
 		return rc;
 	}
@@ -397,8 +389,10 @@ int ember_rmw(ember_session *s, const void *key, size_t klen, ember_rmw_fn fn, v
 		uint64_t e = 0;
 		hi_slot *slot = hi_find(&db->index, hash, &e);
 		uint64_t at = 0;
-		struct record *x = slot ? rc_hit(db, e, key, kl) : NULL;
-		struct record *r = slot && !x ? trace_mem(hot, hot_chain(db, e), key, kl, &at) : NULL;
+		int tier;
+		struct record *r = front_find(db, slot ? e : 0, key, kl, 1, &at, &tier);
+		struct record *x = r && tier == TIER_RC ? r : NULL;
+		r = x ? NULL : r;
 		struct record *locked = NULL;
 		const void *old = NULL;
 		size_t old_len = 0;

@@ -18,7 +18,7 @@
  *
  * Invariants
  *  1. Tail snapshot: a walk reads the tails, then waits until every thread has left
- *     the epoch current at that moment (wait_epoch). Every record below a snapshot
+ *     the epoch current at that moment (epoch_wait_safe). Every record below a snapshot
  *     tail is then fully written, and linked or marked invalid (hlog.h, invariant
  *     2; ops.c links or invalidates before it leaves its epoch).
  *  2. The walker is protected only while it reads records in memory or index
@@ -115,30 +115,29 @@
 
 enum { CUR_END = 0, CUR_DISK = 1, CUR_MEM = 2 };
 
+/* A walk's view of one log: the file through a record cursor (log/record_reader.h),
+ * the ring under epoch protection. */
 struct cursor {
 	ember_session *s;
 	struct ember_db *db;
 	struct hlog *log;
-	struct em_file *f;
 	const char *name;    /* the log's file, for reports */
-	uint64_t max_record;
 	int chunks;          /* the chunk log: every record must be a chunk */
 	uint64_t a;          /* the next record starts here (or after a bare gap) */
 	uint64_t end;        /* the tail snapshot */
-	uint8_t *buf;        /* the window: file bytes [off, off + len) */
-	size_t cap;
-	uint64_t off, len;
-	uint64_t flushed;    /* flushed, loaded before the window was read */
 	int prot;            /* protected: reading the ring */
 	const char *why;     /* what the last failed check found */
+	struct sync_src src;
+	struct rec_cursor file; /* windows of the file, trusted below flushed */
 };
 
 static void cursor_init(struct cursor *c, ember_session *s, struct hlog *log, struct em_file *f,
-			const char *name, uint64_t max_record, int chunks, uint64_t end)
+			const char *name, int chunks, uint64_t end)
 {
-	*c = (struct cursor){.s = s, .db = s->db, .log = log, .f = f, .name = name,
-			     .max_record = max_record, .chunks = chunks,
-			     .a = hlog_load(&log->begin), .end = end};
+	*c = (struct cursor){.s = s, .db = s->db, .log = log, .name = name, .chunks = chunks,
+			     .a = hlog_load(&log->begin), .end = end, .src = {s, f}};
+	struct rec_rules ru = {.log = log, .max_cap = log_max_record(s->db, log), .fillers = 1};
+	rec_cursor_init(&c->file, &ru, session_read_fn, &c->src, WINDOW, 1);
 }
 
 static void cursor_pause(struct cursor *c)
@@ -151,126 +150,46 @@ static void cursor_pause(struct cursor *c)
 static void cursor_free(struct cursor *c)
 {
 	cursor_pause(c);
-	em_free(c->buf, c->cap);
-	c->buf = NULL;
-	c->cap = 0;
-}
-
-static uint64_t lap_left(const struct hlog *l, uint64_t a)
-{
-	return l->mem_size - (l->mem_mask ? (a & l->mem_mask) : (a % l->mem_size));
+	rec_cursor_free(&c->file);
 }
 
 /*
- * Structure of the record at a (the whole header must be readable), which must end
- * at or below end. NULL when well-formed, else what is wrong. Reads only fields that
- * never change once published (and val_len, atomically).
+ * What is wrong with the record r at a, of which avail bytes are readable and
+ * which must end at or below end (in_ring: in the log's memory, note 3): rec_check,
+ * and in the chunk log the form of a chunk. NULL when well-formed.
  */
-static const char *rec_bad(const struct cursor *c, uint64_t a, struct record *r, uint64_t end)
+static const char *rec_bad(const struct cursor *c, uint64_t a, struct record *r, uint64_t avail,
+			   uint64_t end, int in_ring)
 {
-	uint64_t hdr = rec_header(r);
-	uint32_t vlen = atomic_load_explicit(&r->val_len, memory_order_relaxed); /* see note 3 */
-	uint64_t left = lap_left(c->log, a);
-	if (hdr & REC_RESERVED_BITS)
-		return "reserved header bits are set";
-	if (r->reserved != 0)
-		return "the reserved field is not zero";
-	if (hdr & REC_FILLER) {
-		if (!(hdr & REC_INVALID) || (hdr & (REC_TOMBSTONE | EM_ADDR_MASK)) || r->key_len ||
-		    vlen || (r->val_cap & 7))
-			return "malformed filler";
-		if (REC_HDR_SIZE + (uint64_t)r->val_cap != left)
-			return "a filler that does not end at the end of its lap";
-		if (a + left > end)
-			return "a filler that runs past the end of the log";
-		return NULL;
-	}
-	if (r->key_len == 0 || r->key_len > EMBER_MAX_KEY_LEN)
-		return "key length out of range";
-	if (r->val_cap & 7)
-		return "value capacity is not a multiple of 8";
-	if (r->val_cap > c->max_record)
-		return "value capacity larger than the largest record";
-	if (vlen > r->val_cap)
-		return "value length larger than its capacity";
-	uint64_t size = rec_total_size(r);
-	if (size > left)
-		return "a record that crosses the end of a lap";
-	if (a + size > end)
-		return "a record that runs past the end of the log";
-	uint64_t prev = hdr & EM_ADDR_MASK;
-	if (prev >= a || (prev && prev < EM_LOG_START))
-		return "a chain link that does not point to an older record";
-	if (c->chunks) {
-		struct cold_index *ci = &c->db->cidx;
-		uint64_t id;
-		memcpy(&id, rec_key(r), sizeof(id));
-		if (r->key_len != 8 || r->val_cap != ci->chunk_bytes || vlen != ci->chunk_bytes ||
-		    id >= ci->nchunks || prev || (hdr & REC_TOMBSTONE))
-			return "not a well-formed chunk";
-	}
+	struct rec_rules ru = c->file.rules;
+	ru.end = end;
+	ru.in_ring = (uint8_t)in_ring;
+	const char *why = NULL;
+	int64_t v = rec_check(r, a, avail, &ru, &why);
+	if (v > 0)
+		return "the file ends inside the record";
+	if (v < 0)
+		return why;
+	if (c->chunks && !(rec_header(r) & REC_FILLER) && !ci_chunk_ok(&c->db->cidx, r, CI_ANY_CHUNK))
+		return "not a well-formed chunk";
 	return NULL;
 }
 
-/* Read file bytes from x (at least want of them, at least WINDOW) into the window. */
-static int cursor_fill(struct cursor *c, uint64_t x, uint64_t want)
-{
-	if (want < WINDOW)
-		want = WINDOW;
-	uint64_t off = em_align_down(x, EM_IO_ALIGN);
-	uint64_t len = em_align_up(x + want - off, EM_IO_ALIGN);
-	if (len > UINT32_MAX - EM_IO_ALIGN)
-		return EMBER_ECORRUPT;
-	if (len > c->cap) {
-		uint8_t *b = em_alloc_io(len);
-		if (!b)
-			return EMBER_ENOMEM;
-		em_free(c->buf, c->cap);
-		c->buf = b;
-		c->cap = len;
-	}
-	/* flushed before the read: every byte below it is final in the file */
-	uint64_t flushed = hlog_load(&c->log->flushed);
-	int res = session_read_sync(c->s, c->f, c->buf, (uint32_t)len, off);
-	if (res < 0) {
-		c->len = 0;
-		return res;
-	}
-	c->off = off;
-	c->len = (uint64_t)res;
-	c->flushed = flushed;
-	return 0;
-}
-
-/* The record at a (below flushed) from the window, read as needed; checked. */
+/* The record at a (below flushed) from the file's windows; checked. */
 static int disk_record(struct cursor *c, uint64_t a, struct record **out)
 {
-	for (int tries = 0;; tries++) {
-		uint64_t want = WINDOW;
-		if (a >= c->off && a + REC_HDR_SIZE <= c->off + c->len && a < c->flushed) {
-			struct record *r = (struct record *)(void *)(c->buf + (a - c->off));
-			c->why = rec_bad(c, a, r, c->flushed); /* bounds the size before using it */
-			if (c->why)
-				return EMBER_ECORRUPT;
-			uint64_t size = rec_total_size(r);
-			if (a + size <= c->off + c->len) {
-				if (r->checksum != rec_checksum(r)) {
-					c->why = "checksum mismatch";
-					return EMBER_ECORRUPT;
-				}
-				*out = r;
-				return CUR_DISK;
-			}
-			want = size;
-		}
-		if (tries >= 2) {
-			c->why = "the file ends inside the record";
-			return EMBER_ECORRUPT;
-		}
-		int rc = cursor_fill(c, a, want);
-		if (rc < 0)
-			return rc;
+	int head_only;
+	int k = rec_cursor_get(&c->file, a, 1, out, &head_only);
+	if (k == EMBER_ECORRUPT)
+		c->why = c->file.why;
+	if (k < 0)
+		return k;
+	if (c->chunks && !(rec_header(*out) & REC_FILLER) &&
+	    !ci_chunk_ok(&c->db->cidx, *out, CI_ANY_CHUNK)) {
+		c->why = "not a well-formed chunk";
+		return EMBER_ECORRUPT;
 	}
+	return CUR_DISK;
 }
 
 /*
@@ -294,7 +213,7 @@ static int cursor_next(struct cursor *c, struct record **out)
 	}
 	if (c->prot) {
 		struct record *r = hlog_rec(c->log, a);
-		c->why = rec_bad(c, a, r, c->end);
+		c->why = rec_bad(c, a, r, c->end - a, c->end, 1);
 		if (c->why)
 			return EMBER_ECORRUPT;
 		*out = r;
@@ -311,52 +230,12 @@ static int cursor_next(struct cursor *c, struct record **out)
 static int cursor_resync(struct cursor *c)
 {
 	uint64_t flushed = hlog_load(&c->log->flushed);
-	for (uint64_t p = c->a + 8;; p += 8) {
-		p = hlog_skip_gap(c->log, p);
-		if (p >= flushed || p >= c->end) {
-			c->a = flushed > c->a ? flushed : p;
-			return 0;
-		}
-		if (!(p >= c->off && p + REC_HDR_SIZE <= c->off + c->len && p < c->flushed)) {
-			int rc = cursor_fill(c, p, WINDOW);
-			if (rc < 0)
-				return rc;
-			if (p + REC_HDR_SIZE > c->off + c->len) {
-				c->a = flushed; /* the file ends before flushed */
-				return 0;
-			}
-		}
-		struct record *r = (struct record *)(void *)(c->buf + (p - c->off));
-		if (rec_bad(c, p, r, c->flushed))
-			continue;
-		uint64_t size = rec_total_size(r);
-		if (p + size > c->off + c->len) {
-			int rc = cursor_fill(c, p, size);
-			if (rc < 0)
-				return rc;
-			if (p + size > c->off + c->len)
-				continue;
-			r = (struct record *)(void *)(c->buf + (p - c->off));
-		}
-		if (r->checksum == rec_checksum(r)) {
-			c->a = p;
-			return 0;
-		}
+	uint64_t limit = flushed < c->end ? flushed : c->end;
+	if (limit <= c->a) {
+		c->a = flushed > c->a ? flushed : c->a + 8;
+		return 0;
 	}
-}
-
-/* Wait until every thread has left the epoch current now (the caller is not
- * protected): every record below a tail read before the call is complete. */
-static void wait_epoch(struct ember_db *db)
-{
-	/* seq_cst: the epoch is read after the tails the caller loaded */
-	uint64_t e = atomic_load(&db->ep->current);
-	epoch_bump(db->ep, NULL, NULL);
-	while (epoch_safe(db->ep) < e) {
-		epoch_drain(db->ep);
-		struct timespec ts = {0, 20000};
-		nanosleep(&ts, NULL);
-	}
+	return rec_cursor_resync(&c->file, c->a, limit, &c->a);
 }
 
 /* An internal session whose I/O is counted apart (note 4). */
@@ -604,18 +483,13 @@ static int hops_read(struct iter *it, size_t nh)
 			uint64_t len = em_align_up(h->addr + h->want - off, EM_IO_ALIGN);
 			if (len > UINT32_MAX - EM_IO_ALIGN)
 				return EMBER_ECORRUPT;
-			if (len > h->cap) {
-				uint8_t *b = em_alloc_io(len);
-				if (!b)
-					return EMBER_ENOMEM;
-				em_free(h->buf, h->cap);
-				h->buf = b;
-				h->cap = len;
-			}
+			int rc = em_buf_reserve(&h->buf, &h->cap, len);
+			if (rc < 0)
+				return rc;
 			h->off = off;
 			h->len = (uint32_t)len;
 			h->res = 0;
-			int rc = em_ring_read(&s->ring, h->cold ? &db->cold_file : &db->hot_file, h->buf,
+			rc = em_ring_read(&s->ring, h->cold ? &db->cold_file : &db->hot_file, h->buf,
 					      (uint32_t)len, off, next);
 			if (rc < 0)
 				return rc;
@@ -686,7 +560,8 @@ static int hops_run(struct iter *it)
 				continue; /* a short read: judged below */
 			struct record *r = (struct record *)(void *)(h->buf + pos);
 			uint64_t size = rec_total_size(r);
-			uint64_t max = (h->cold ? it->cold_c.max_record : it->hot_c.max_record) + REC_HDR_SIZE;
+			uint64_t max = (h->cold ? it->cold_c.file.rules.max_cap : it->hot_c.file.rules.max_cap) +
+				       REC_HDR_SIZE;
 			if (pos + size > (uint64_t)h->res && size <= max) {
 				h->want = size;
 				h->done = 0;
@@ -710,12 +585,9 @@ static int hops_run(struct iter *it)
 		const char *why = NULL;
 		if (h->res < 0 || pos + REC_HDR_SIZE > (uint64_t)h->res)
 			why = "the file ends inside the record";
-		else if ((why = rec_bad(view, h->addr, r, hlog_load(&view->log->flushed))) != NULL)
+		else if ((why = rec_bad(view, h->addr, r, (uint64_t)h->res - pos,
+					hlog_load(&view->log->flushed), 0)) != NULL)
 			;
-		else if (pos + rec_total_size(r) > (uint64_t)h->res)
-			why = "the file ends inside the record";
-		else if (r->checksum != rec_checksum(r))
-			why = "checksum mismatch";
 		else if (rec_header(r) & (REC_FILLER | REC_INVALID))
 			why = "a chain link to a record that is not linked";
 		if (why) {
@@ -856,7 +728,7 @@ static int chunk_snapshot(struct iter *it)
 	}
 	struct cursor cur;
 	/* a record that starts below head is whole on disk (hlog.h, invariant 4) */
-	cursor_init(&cur, it->s, db->chunks, &db->chunk_file, "cold.idx", db->max_record, 1,
+	cursor_init(&cur, it->s, db->chunks, &db->chunk_file, "cold.idx", 1,
 		    hlog_load(&db->chunks->head));
 	int rc = 0;
 	for (;;) {
@@ -884,10 +756,10 @@ static int chunk_snapshot(struct iter *it)
 
 /* Walk one log to its snapshot tail. */
 static int iter_log(struct iter *it, struct hlog *log, struct em_file *f, const char *name,
-		    uint64_t max_record, uint64_t end, int step)
+		    uint64_t end, int step)
 {
 	struct cursor cur;
-	cursor_init(&cur, it->s, log, f, name, max_record, 0, end);
+	cursor_init(&cur, it->s, log, f, name, 0, end);
 	int rc = 0;
 	for (;;) {
 		struct record *r = NULL;
@@ -951,8 +823,8 @@ int ember_iterate(ember_db *db, ember_iter_fn fn, void *arg)
 	it.lk = em_alloc(sizeof(*it.lk) * GROUP);
 	it.hops = em_zalloc(sizeof(*it.hops) * GROUP);
 	it.order = em_alloc(sizeof(*it.order) * GROUP);
-	cursor_init(&it.hot_c, it.s, db->hot, &db->hot_file, "hot.log", db->max_record, 0, 0);
-	cursor_init(&it.cold_c, it.s, db->cold, &db->cold_file, "cold.log", db->cold_max_record, 0, 0);
+	cursor_init(&it.hot_c, it.s, db->hot, &db->hot_file, "hot.log", 0, 0);
+	cursor_init(&it.cold_c, it.s, db->cold, &db->cold_file, "cold.log", 0, 0);
 	if (!it.cand || !it.lk || !it.hops || !it.order) {
 		rc = EMBER_ENOMEM;
 		goto undo_alloc;
@@ -964,12 +836,12 @@ int ember_iterate(ember_db *db, ember_iter_fn fn, void *arg)
 	walking = &frame;
 	it.t_hot = hlog_load(&db->hot->tail);
 	it.t_cold = hlog_load(&db->cold->tail);
-	wait_epoch(db);
-	rc = iter_log(&it, db->hot, &db->hot_file, "hot.log", db->max_record, it.t_hot, ST_HOT);
+	epoch_wait_safe(db->ep);
+	rc = iter_log(&it, db->hot, &db->hot_file, "hot.log", it.t_hot, ST_HOT);
 	if (rc == 0 && it.t_cold > hlog_load(&db->cold->begin))
 		rc = chunk_snapshot(&it);
 	if (rc == 0)
-		rc = iter_log(&it, db->cold, &db->cold_file, "cold.log", db->cold_max_record,
+		rc = iter_log(&it, db->cold, &db->cold_file, "cold.log",
 			      it.t_cold, ST_SHADOW);
 	walking = frame.outer;
 	if (comp)
@@ -1014,10 +886,10 @@ note_error(struct verify *v, const char *name, uint64_t off, const char *fmt, ..
 }
 
 static int verify_log(struct verify *v, struct hlog *log, struct em_file *f, const char *name,
-		      uint64_t max_record, int chunks, uint64_t end)
+		      int chunks, uint64_t end)
 {
 	struct cursor cur;
-	cursor_init(&cur, v->s, log, f, name, max_record, chunks, end);
+	cursor_init(&cur, v->s, log, f, name, chunks, end);
 	int rc = 0;
 	unsigned in_mem = 0;
 	for (;;) {
@@ -1073,7 +945,7 @@ static const char *chunk_bad_mem(struct cursor *c, uint64_t id, uint64_t w)
 	if (w + REC_HDR_SIZE > tail)
 		return "the table names an address past the chunk log's tail";
 	struct record *r = hlog_rec(log, w);
-	const char *why = rec_bad(c, w, r, tail);
+	const char *why = rec_bad(c, w, r, tail - w, tail, 1);
 	if (!why && !ci_chunk_ok(&c->db->cidx, r, id))
 		why = "the table names a record that is not this chunk";
 	return why;
@@ -1159,7 +1031,7 @@ static int verify_table(struct verify *v)
 	struct ember_db *db = v->db;
 	struct cold_index *ci = &db->cidx;
 	struct cursor c;
-	cursor_init(&c, v->s, db->chunks, &db->chunk_file, "cold.idx", db->max_record, 1, 0);
+	cursor_init(&c, v->s, db->chunks, &db->chunk_file, "cold.idx", 1, 0);
 	struct lookup *lk = em_alloc(sizeof(*lk) * TABLE_BATCH);
 	uint64_t *bad = em_alloc(sizeof(uint64_t) * TABLE_BATCH);
 	int rc = 0;
@@ -1215,12 +1087,12 @@ int ember_verify(ember_db *db, ember_verify_report *report)
 	uint64_t t_hot = hlog_load(&db->hot->tail);
 	uint64_t t_cold = hlog_load(&db->cold->tail);
 	uint64_t t_chunks = hlog_load(&db->chunks->tail);
-	wait_epoch(db);
-	rc = verify_log(&v, db->hot, &db->hot_file, "hot.log", db->max_record, 0, t_hot);
+	epoch_wait_safe(db->ep);
+	rc = verify_log(&v, db->hot, &db->hot_file, "hot.log", 0, t_hot);
 	if (rc == 0)
-		rc = verify_log(&v, db->cold, &db->cold_file, "cold.log", db->cold_max_record, 0, t_cold);
+		rc = verify_log(&v, db->cold, &db->cold_file, "cold.log", 0, t_cold);
 	if (rc == 0)
-		rc = verify_log(&v, db->chunks, &db->chunk_file, "cold.idx", db->max_record, 1, t_chunks);
+		rc = verify_log(&v, db->chunks, &db->chunk_file, "cold.idx", 1, t_chunks);
 	if (rc == 0)
 		rc = verify_table(&v);
 	session_free_internal(v.s);

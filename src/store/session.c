@@ -174,16 +174,29 @@ int ember_session_close(ember_session *s)
 
 int session_buf_reserve(uint8_t **buf, size_t *cap, size_t need)
 {
-	if (*cap >= need)
-		return 0;
-	size_t n = *cap ? *cap : 256;
-	while (n < need)
-		n *= 2;
-	uint8_t *p = em_alloc_io(n); /* fit for O_DIRECT reads */
-	if (!p)
-		return EMBER_ENOMEM;
-	em_free(*buf, *cap);
-	*buf = p;
-	*cap = n;
-	return 0;
+	return em_buf_reserve(buf, cap, need);
+}
+
+int session_read_sync(ember_session *s, struct em_file *f, void *buf, uint32_t len,
+		      uint64_t off)
+{
+	if (s->ring_broken)
+		return EMBER_EIO;
+	int res = 0;
+	int rc = em_ring_read(&s->ring, f, buf, len, off, 0);
+	if (rc == 0)
+		rc = em_ring_wait_one(&s->ring, &res);
+	if (rc < 0) {
+		s->ring_broken = 1;
+		return rc;
+	}
+	stat_add(&s->cur->ios, 1);
+	stat_add(&s->cur->io_bytes, len);
+	return res;
+}
+
+int session_read_fn(void *ctx, void *buf, uint32_t len, uint64_t off)
+{
+	struct sync_src *src = ctx;
+	return session_read_sync(src->s, src->f, buf, len, off);
 }

@@ -21,6 +21,7 @@
 #include "index/hash_index.h"
 #include "io/file.h"
 #include "log/hlog.h"
+#include "log/record_reader.h"
 
 #define SESSION_MAGIC 0x454d5353u /* "EMSS" */
 #define DB_MAGIC 0x454d4442u      /* "EMDB" */
@@ -213,10 +214,21 @@ struct ember_db {
 	int has_err;
 };
 
+/* Record an error's detail (file, offset, what) for ember_error_detail and send it
+ * to the log function (report.c). */
+void db_report(struct ember_db *db, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* The file name of one of db's logs (for error details). */
 static inline const char *log_file_name(struct ember_db *db, struct hlog *l)
 {
 	return l == db->hot ? "hot.log" : l == db->cold ? "cold.log" : "cold.idx";
+}
+
+/* The largest value capacity a record of one of db's logs may have (R3 of
+ * log/record_reader.h). */
+static inline uint64_t log_max_record(const struct ember_db *db, const struct hlog *l)
+{
+	return l == db->cold ? db->cold_max_record : db->max_record;
 }
 
 /* Validate a session handle for a data call: EMBER_EINVAL or EMBER_ESTATE. */
@@ -298,6 +310,27 @@ static inline struct record *rc_hit(struct ember_db *db, uint64_t e, const void 
 	return x;
 }
 
+/*
+ * The in-memory front of every lookup (ember_get, ember_get_batch, ember_rmw and
+ * the lookup state machine): from the hot index entry e of key's hash (0: none),
+ * the read-cache record when e names one holding key (use_rc), else the hot chain
+ * while it is in memory. Returns the record, with *tier TIER_RC or TIER_HOT_MEM
+ * and *at its address (0 for the read cache); or NULL with *at where the hot chain
+ * leaves memory (below head; below EM_LOG_START: it ended there). Protected.
+ */
+static inline struct record *front_find(struct ember_db *db, uint64_t e, const void *key,
+					uint32_t klen, int use_rc, uint64_t *at, int *tier)
+{
+	struct record *x = use_rc && e ? rc_hit(db, e, key, klen) : NULL;
+	if (x) {
+		*at = 0;
+		*tier = TIER_RC;
+		return x;
+	}
+	*tier = TIER_HOT_MEM;
+	return trace_mem(db->hot, e ? hot_chain(db, e) : 0, key, klen, at);
+}
+
 int rc_open(struct ember_db *db, uint64_t mem);
 void rc_close(struct ember_db *db);
 /* Copy a cold hit into the read cache, linked only if the hot entry is still
@@ -339,12 +372,19 @@ static inline int lookup_copy_value(const struct lookup *l, struct record *rec, 
 int session_read_sync(ember_session *s, struct em_file *f, void *buf, uint32_t len,
 		      uint64_t off);
 
-/* Read the record at addr of log (file f) into s->rbuf and check it (lengths,
- * checksum). Caller unprotected. Returns 0 with *out, EMBER_EAGAIN when addr fell
- * below the log's begin meanwhile (the record moved), EMBER_ECORRUPT, or -errno. */
+/* Read the record at addr of log (file f) into s->rbuf and check it (rec_check;
+ * key: the key it must hold, or NULL). Caller unprotected. Returns 0 with *out,
+ * EMBER_EAGAIN when addr fell below the log's begin meanwhile (the record moved),
+ * EMBER_ECORRUPT (reported), or -errno. */
 int read_record_sync(ember_session *s, struct hlog *log, struct em_file *f, uint64_t addr,
-		     uint64_t max_record, struct record **out);
+		     const void *key, uint32_t klen, struct record **out);
 
+/* A file read through a session's ring, as a rec_read_fn context. */
+struct sync_src {
+	ember_session *s;
+	struct em_file *f;
+};
+int session_read_fn(void *ctx, void *buf, uint32_t len, uint64_t off);
 /* The cold-index entry for hash (0: empty). Caller protected; may leave and
  * re-enter the epoch to read a chunk from disk. */
 int cold_entry_get(ember_session *s, uint64_t hash, uint64_t *entry);

@@ -285,6 +285,11 @@ class ShardedEmbeddingBagCollection(nn.Module):
         self.group = process_group
         self.rank = dist.get_rank(process_group)
         self.world = dist.get_world_size(process_group)
+        # nccl moves CUDA tensors only: the exchanges go through the rank's current
+        # device there; gloo (and mpi) take the CPU tensors as they are.
+        self._device = torch.device("cpu")
+        if dist.get_backend(process_group) == "nccl":
+            self._device = torch.device("cuda", torch.cuda.current_device())
         self.feature_names: List[str] = []
         self._part_table: List[int] = []
         self._part_cfg: List[EmbeddingBagConfig] = []
@@ -404,9 +409,14 @@ class ShardedEmbeddingBagCollection(nn.Module):
         try:
             if self.world == 1:
                 out.copy_(send)
-            else:
+            elif self._device.type == "cpu":
                 dist.all_to_all_single(out, send.contiguous(), out_split, in_split,
                                        group=self.group)
+            else:
+                dev_out = torch.empty(out.numel(), dtype=send.dtype, device=self._device)
+                dist.all_to_all_single(dev_out, send.to(self._device), out_split, in_split,
+                                       group=self.group)
+                out.copy_(dev_out)
         except RuntimeError as e:
             raise self._fail(what, e) from e
         self._time["comm"] += time.perf_counter() - t0
@@ -419,12 +429,16 @@ class ShardedEmbeddingBagCollection(nn.Module):
         mine = torch.tensor(values, dtype=torch.int64)
         if self.world == 1:
             return [values]
+        return [x.tolist() for x in self._all_gather(mine)]
+
+    def _all_gather(self, mine: torch.Tensor) -> List[torch.Tensor]:
+        mine = mine.to(self._device)
         out = [torch.empty_like(mine) for _ in range(self.world)]
         try:
             dist.all_gather(out, mine, group=self.group)
         except RuntimeError as e:
             raise self._fail("all_gather", e) from e
-        return [x.tolist() for x in out]
+        return [x.cpu() for x in out]
 
     def _push_step(self, raw: Any, route: Optional[_Route], status: int) -> Tuple[int, Optional[_Pending]]:
         """One routing round (a collective): every rank's status and, when every rank
@@ -622,11 +636,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
         if world == 1:
             full = mine
         else:
-            parts = [torch.empty_like(mine) for _ in range(world)]
-            try:
-                dist.all_gather(parts, mine, group=self.group)
-            except RuntimeError as e:
-                raise self._fail("all_gather", e) from e
+            parts = self._all_gather(mine)
             full = torch.stack(parts, dim=1).reshape(per * world, width)[:n]
         full = full.contiguous()
         return full[:, :dim].contiguous(), (full[:, dim:].contiguous() if sf else None)

@@ -6,8 +6,9 @@ ember.sharded.ShardedEmbeddingBagCollection: each rank keeps the rows it owns (r
 on rank i % world) in its own Ember store and cache under <dir>/rank-<r>, and the
 collectives move ids, rows and gradients. Every rank draws the same global batch
 from the seeded stream and trains its slice of it; each rank's loss is its samples'
-share of the global mean, and the dense gradients are all-reduced (summed), so the
-model trains the same at any world size. A global checkpoint is taken every
+share of the global mean, and the dense gradients are all-reduced (summed), so every
+gradient is the one-process gradient of the global batch (the embedding rows' initial
+values depend on the world size: each rank draws its own). A global checkpoint is taken every
 --checkpoint-every steps; a restart with the same world size and --dir resumes there.
 
 One machine, N processes (gloo on CPU; --backend nccl where each rank has a GPU):

@@ -7,14 +7,16 @@ the collectives of the group it is given move ids, rows and gradients between ra
 It opens no sockets of its own and runs no thread that calls a collective: every
 collective runs on the caller's thread, in the same order on every rank.
 
-The row-to-rank map is cyclic: row ``i`` of every table lives on rank ``i % world``.
-It is a function of the row id and the world size only (stable across runs and
-restarts with the same world size), costs one integer remainder per lookup, and
-spreads every run of consecutive ids evenly; ids that are frequency-ranked (hot ids
-first, as many pipelines number them) would all land on rank 0 with a block map.
-A rank's cache names rows by their global ids, so a row starts with the same value
-(its table's uniform init of ``(init_seed, table, row)``) as in the single-process
-collection, and a store holds only the rows of its rank.
+The row-to-rank map is cyclic: row ``i`` of every table lives on rank ``i % world``,
+where it is local row ``i // world``. It is a function of the row id and the world
+size only (stable across runs and restarts with the same world size), costs one
+integer division per lookup, gives every rank a dense range of local rows (so a
+rank's cache and store are sized by its own rows: the cache keeps a word per row of
+its tables), and spreads every run of consecutive ids evenly; ids that are
+frequency-ranked (hot ids first, as many pipelines number them) would all land on
+rank 0 with a block map. A rank's rows start from its own uniform init (a function of
+the table's seed, the rank and the local row), so the initial tables depend on the
+world size: load_state_dict starts every world size from the same rows.
 
 One training step (all collectives are ``all_to_all_single`` with split sizes, which
 gloo supports in torch 1.13, and nccl):
@@ -101,7 +103,8 @@ class _Route:
             cnt = torch.bincount(own, minlength=world)
             self.perm.append(perm)
             self.counts[:, p] = cnt
-            for d, piece in enumerate(torch.split(values.index_select(0, perm), cnt.tolist())):
+            local = torch.div(values.index_select(0, perm), world, rounding_mode="floor")
+            for d, piece in enumerate(torch.split(local, cnt.tolist())):
                 chunks[d].append(piece)
         self.send_ids = torch.cat([x for d in range(world) for x in chunks[d]]) if nparts \
             else torch.zeros(0, dtype=torch.int64)
@@ -318,7 +321,9 @@ class ShardedEmbeddingBagCollection(nn.Module):
         for t, cfg in enumerate(tables):
             scale = cfg.init_scale or math.sqrt(1.0 / cfg.num_embeddings)
             seed = cfg.init_seed if cfg.init_seed is not None else 0x9E3779B97F4A7C15 ^ t
-            specs.append(Table(cfg.name, cfg.num_embeddings, cfg.embedding_dim,
+            # local rows: each rank's rows get their own stream of initial values
+            seed = (seed + 0x632BE59BD9B4E019 * (self.rank + 1)) % (1 << 64)
+            specs.append(Table(cfg.name, max(1, self._local_rows(cfg)), cfg.embedding_dim,
                                storage=cfg.storage, optimizer=_OPTIMIZERS[opt],
                                init="uniform", init_scale=scale, init_seed=seed))
         try:
@@ -600,6 +605,10 @@ class ShardedEmbeddingBagCollection(nn.Module):
                 return t, cfg
         raise KeyError(f"no table named {name!r}")
 
+    def _local_rows(self, cfg: EmbeddingBagConfig) -> int:
+        """Rows of table cfg this rank owns: ids rank, rank + world, ..."""
+        return max(0, (cfg.num_embeddings - self.rank + self.world - 1) // self.world)
+
     def owned_ids(self, name: str) -> torch.Tensor:
         """The row ids of table `name` this rank owns."""
         _, cfg = self._table(name)
@@ -613,7 +622,8 @@ class ShardedEmbeddingBagCollection(nn.Module):
         ids = torch.as_tensor(ids, dtype=torch.int64)
         if ids.numel() and bool((owner_of(ids, self.world) != self.rank).any()):
             raise ValueError(f"table {name!r}: ids not owned by rank {self.rank}")
-        return self.cache.read_rows(t, ids, state=state)
+        return self.cache.read_rows(t, torch.div(ids, self.world, rounding_mode="floor"),
+                                    state=state)
 
     def _gather_table(self, t: int, cfg: EmbeddingBagConfig, state: bool
                       ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
@@ -624,7 +634,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
         width = dim + sf
         per = (n + world - 1) // world
         mine = torch.zeros(per, width, dtype=torch.float32)
-        ids = self.owned_ids(cfg.name)
+        ids = torch.arange(self._local_rows(cfg), dtype=torch.int64)  # local ids
         for a in range(0, ids.numel(), 65536):
             chunk = ids[a:a + 65536]
             if sf:
@@ -682,7 +692,8 @@ class ShardedEmbeddingBagCollection(nn.Module):
             ids = self.owned_ids(cfg.name)
             for a in range(0, ids.numel(), 65536):
                 chunk = ids[a:a + 65536]
-                self.cache.write_rows(t, chunk, w[chunk].to(torch.float32),
+                local = torch.div(chunk, self.world, rounding_mode="floor")
+                self.cache.write_rows(t, local, w[chunk].to(torch.float32),
                                       None if st is None else st[chunk].to(torch.float32))
         if strict:
             pre = f"{prefix}tables."

@@ -116,10 +116,13 @@ def local_loss(pooled, y):
 
 
 def reference(tmp_path):
-    """Losses and final tables of the single-process collection."""
+    """Losses and final tables of the single-process collection, and the file of its
+    initial tables (the shards start from them: their own init depends on the world)."""
     store = ember.Store(str(tmp_path / "ref"), **STORE)
     ebc = EmbeddingBagCollection(configs(), store, cache_rows=CACHE_ROWS, lookahead=3,
                                  optimizer=OPT)
+    init = str(tmp_path / "init.pt")
+    torch.save(ebc.state_dict(), init)
     losses = []
     for step in range(STEPS):
         feats, y = batch_of(step, 0, GLOBAL_B)
@@ -129,7 +132,7 @@ def reference(tmp_path):
     sd = ebc.state_dict()
     ebc.close()
     store.close()
-    return losses, sd
+    return losses, sd, init
 
 
 # ---- the ranks ----
@@ -201,6 +204,9 @@ def _worker(rank, world, port, path, out_dir, args):
         extra = ebc.checkpoint_info.get("extra") or {}
         start = int(extra.get("step", 0))
         result["start"] = start
+        result["table_rows"] = [t.rows for t in ebc.cache.tables]
+        if start == 0:
+            ebc.load_state_dict(torch.load(args["init"]))
         t_last = time.monotonic()
         result["losses"] = _train(ebc, rank, world, start, STEPS, args)
         t_last = time.monotonic()
@@ -254,7 +260,7 @@ def launch(world, path, out_dir, **args):
     return out, [p.exitcode for p in procs]
 
 
-def check_like_reference(results, ref_losses, ref_sd, first_step=0):
+def check_like_reference(results, ref_losses, ref_sd, init, first_step=0):
     for res in results:
         assert "error" not in res, res.get("trace")
         got = dict(res["losses"])
@@ -285,11 +291,12 @@ def test_uneven_steps_are_uneven():
 
 @pytest.mark.parametrize("world", [1, 2, 4])
 def test_trains_like_one_process(tmp_path, ref, world):
-    results, codes = launch(world, tmp_path / "shards", tmp_path / "out",
+    results, codes = launch(world, tmp_path / "shards", tmp_path / "out", init=ref[2],
                             bad_inputs=(world == 2))
     assert codes == [0] * world, [r and r.get("trace") for r in results]
     check_like_reference(results, *ref)
-    for r, res in enumerate(results):
+    for r, res in enumerate(results):  # a rank's cache holds its local rows only
+        assert res["table_rows"] == [(n - r + world - 1) // world for n in (600, 400, 300)]
         tm = res["timings"]
         assert tm["steps"] == STEPS
         if world > 1:  # every rank sent ids and rows to the others
@@ -302,7 +309,8 @@ def test_killed_rank_and_restart(tmp_path, ref):
     path, out = tmp_path / "shards", tmp_path / "out"
     kill_at = STEPS // 2 + 1  # in the pipeline's half, after the checkpoint at STEPS//2
     every = max(1, STEPS // 4)
-    results, codes = launch(2, path, out, checkpoint_every=every, kill_at=kill_at, kill_rank=1)
+    results, codes = launch(2, path, out, init=ref[2], checkpoint_every=every, kill_at=kill_at,
+                            kill_rank=1)
     assert codes[1] == -signal.SIGKILL, codes
     survivor = results[0]
     print("survivor:", survivor and survivor.get("error"), survivor and survivor.get("error_after"))

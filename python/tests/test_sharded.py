@@ -188,6 +188,32 @@ def _bad_inputs(ebc, rank, world):
     except (ValueError, ShardError) as e:
         assert isinstance(e, ValueError) == (rank == world - 1), e
     assert seen == 1
+    # leaving a pipeline early, and an eval forward, keep the ranks in step
+    before = ebc.export_table("t0")
+    for f in ebc.pipeline([feats, feats, feats]):
+        with torch.no_grad():
+            out = ebc(f)
+        break
+    assert set(out) == {f for f, _ in FEATURES} and out["t0"].shape[0] == feats["t0"][1].numel()
+    ebc.eval()
+    ebc(feats)
+    ebc.train()
+    torch.testing.assert_close(ebc.export_table("t0"), before, rtol=0, atol=0)
+
+
+def _bad_args(path):
+    """Bad constructor arguments raise before any store is opened."""
+    for kw, match in ((dict(cache_rows=0), "cache_rows"), (dict(lookahead=0), "lookahead"),
+                      (dict(store_options={"close_checkpoint": True}), "set by the collection"),
+                      (dict(optimizer=("adam", 0.1)), "optimizer")):
+        args = dict(cache_rows=10)
+        args.update(kw)
+        try:
+            ShardedEmbeddingBagCollection(configs(), path, **args)
+            raise AssertionError(f"{kw} was accepted")
+        except ValueError as e:
+            assert match in str(e), e
+    assert not os.path.exists(os.path.join(path, "rank-0"))
 
 
 def _worker(rank, world, port, path, out_dir, args):
@@ -199,6 +225,8 @@ def _worker(rank, world, port, path, out_dir, args):
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                 world_size=world,
                                 timeout=datetime.timedelta(seconds=GLOO_TIMEOUT))
+        if world == 1:
+            _bad_args(path + "-bad")
         ebc = ShardedEmbeddingBagCollection(configs(), path, cache_rows=CACHE_ROWS,
                                             lookahead=3, optimizer=OPT, store_options=STORE)
         extra = ebc.checkpoint_info.get("extra") or {}

@@ -23,7 +23,8 @@ index and a rendezvous address every machine reaches (the first machine's):
         --rdzv_backend=c10d --rdzv_endpoint=10.0.0.1:29500 --rdzv_id=dlrm1 \\
         examples/dlrm_distributed.py --dir /data/dlrm     # node_rank=1 on the other
 
-(--dir may be a local disk of each machine: a rank only opens <dir>/rank-<r>. A
+(Debian's torch 1.13 under Python 3.11: add --redirects 1 --tee 1 to torchrun, whose
+parsing of its default 0 fails there. --dir may be a local disk of each machine: a rank only opens <dir>/rank-<r>. A
 restart must give every rank the same rank number, so keep --nproc_per_node and the
 node ranks.) Without torchrun (RANK and WORLD_SIZE unset) it runs as one rank.
 README.md's section on sharding sizes rows, cache, memory and disk per rank.

@@ -103,6 +103,13 @@ const char *ember_strerror(int code);
 				    much disk. Needs log_segment_bytes (the options'
 				    or the store's own) and a writable open:
 				    EMBER_EINVAL otherwise. */
+#define EMBER_OPEN_NO_CLOSE_CHECKPOINT 0x8u /* ember_close takes no final
+				    checkpoint: the next open recovers the newest
+				    checkpoint taken with ember_checkpoint (or in the
+				    background), and writes made after it are dropped,
+				    as after a crash. For stores whose checkpoints must
+				    stay in step with other state (the shards of a
+				    sharded embedding collection: docs/sharding.md). */
 
 /*
  * Options for ember_open(). Zero the struct (or call ember_options_default()) and

@@ -124,7 +124,8 @@ class Store:
     cold_cache_memory (``_ember.COLD_CACHE_OFF``: none), checkpoint_interval_ms.
     The flags: ``create`` (False: the directory must hold a store already),
     ``truncate`` (EMBER_OPEN_TRUNCATE), ``read_only`` (EMBER_OPEN_READONLY),
-    ``prewrite_log`` (EMBER_OPEN_PREWRITE_LOG). Recovery lines (log_fn) go to
+    ``prewrite_log`` (EMBER_OPEN_PREWRITE_LOG), ``close_checkpoint`` (False:
+    EMBER_OPEN_NO_CLOSE_CHECKPOINT, close takes no final checkpoint). Recovery lines (log_fn) go to
     stderr. An unknown keyword is a TypeError, a bad value ember.InvalidArgument.
 
     Keys are bytes-like, 1 .. 64 KiB; values bytes-like, up to 16 MiB (less with a
@@ -133,7 +134,8 @@ class Store:
 
     def __init__(self, path: Union[str, os.PathLike], *, create: bool = True,
                  truncate: bool = False, read_only: bool = False,
-                 prewrite_log: bool = False, **options: Any) -> None:
+                 prewrite_log: bool = False, close_checkpoint: bool = True,
+                 **options: Any) -> None:
         self._db = None
         self._lock = threading.Lock()
         self._sessions: "weakref.WeakSet[_ember.Session]" = weakref.WeakSet()
@@ -142,7 +144,8 @@ class Store:
         self._children: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self._local = threading.local()
         for name, flag in (("create", create), ("truncate", truncate),
-                           ("read_only", read_only), ("prewrite_log", prewrite_log)):
+                           ("read_only", read_only), ("prewrite_log", prewrite_log),
+                           ("close_checkpoint", close_checkpoint)):
             if not isinstance(flag, bool):
                 raise TypeError("%s: expected a bool, got %s" % (name, type(flag).__name__))
         known = _ember.Db.option_names()
@@ -154,7 +157,8 @@ class Store:
             raise from_code(-errno.ENOENT, "no Ember store in %s" % path)
         flags = ((_ember.OPEN_TRUNCATE if truncate else 0)
                  | (_ember.OPEN_READONLY if read_only else 0)
-                 | (_ember.OPEN_PREWRITE_LOG if prewrite_log else 0))
+                 | (_ember.OPEN_PREWRITE_LOG if prewrite_log else 0)
+                 | (0 if close_checkpoint else _ember.OPEN_NO_CLOSE_CHECKPOINT))
         self.path = path
         self._db = _ember.Db(path, flags=flags, **options)
 

@@ -733,3 +733,12 @@ class _Pipeline:
                 batch.release(dirty=False)
         finally:
             ebc._pipeline = None
+
+
+def __getattr__(name: str) -> Any:
+    """ShardedEmbeddingBagCollection and ShardError live in ember.sharded (imported on
+    first use: it imports torch.distributed)."""
+    if name in ("ShardedEmbeddingBagCollection", "ShardError"):
+        from . import sharded
+        return getattr(sharded, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

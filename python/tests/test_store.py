@@ -141,6 +141,22 @@ def test_checkpoints_reopen(store_dir):
         assert b"c42" not in s
 
 
+def test_close_without_checkpoint(store_dir):
+    """close_checkpoint=False: the reopen recovers the last explicit checkpoint."""
+    with ember.Store(store_dir, close_checkpoint=False, **SMALL) as s:
+        s.put(b"k", b"1")
+        s.checkpoint()
+        s.put(b"k", b"2")
+        s.put(b"later", b"x")
+    with ember.Store(store_dir, **SMALL) as s:
+        assert s[b"k"] == b"1" and b"later" not in s
+        s.put(b"k", b"3")
+    with ember.Store(store_dir, **SMALL) as s:  # the default close checkpoints
+        assert s[b"k"] == b"3"
+    with pytest.raises(TypeError):
+        ember.Store(store_dir, close_checkpoint=0)
+
+
 def test_read_only(store_dir):
     with ember.Store(store_dir, **SMALL) as s:
         s.put(b"k", b"v")

@@ -123,7 +123,8 @@ static int options_resolve(const ember_options *in, ember_options *out)
 		return EMBER_EINVAL;
 	if (out->log_segment_bytes && !log_segment_ok(out->log_segment_bytes))
 		return EMBER_EINVAL;
-	if (out->flags & ~(uint32_t)(EMBER_OPEN_TRUNCATE | EMBER_OPEN_READONLY | EMBER_OPEN_PREWRITE_LOG))
+	if (out->flags & ~(uint32_t)(EMBER_OPEN_TRUNCATE | EMBER_OPEN_READONLY | EMBER_OPEN_PREWRITE_LOG |
+				     EMBER_OPEN_NO_CLOSE_CHECKPOINT))
 		return EMBER_EINVAL;
 	if ((out->flags & EMBER_OPEN_READONLY) &&
 	    (out->flags & (EMBER_OPEN_TRUNCATE | EMBER_OPEN_PREWRITE_LOG)))
@@ -702,7 +703,7 @@ int ember_close(ember_db *db)
 		return EMBER_EBUSY;
 	ckpt_stop(db);
 	int rc = 0;
-	if (!db->readonly && ckpt_dirty(db)) {
+	if (!db->readonly && !(db->opts.flags & EMBER_OPEN_NO_CLOSE_CHECKPOINT) && ckpt_dirty(db)) {
 		rc = ckpt_take(db, NULL);
 		if (rc < 0)
 			db_report(db, "final checkpoint at close failed: %s", ember_strerror(rc));

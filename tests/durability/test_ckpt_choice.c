@@ -545,6 +545,33 @@ static void test_ioerror(void)
 }
 #endif
 
+/* EMBER_OPEN_NO_CLOSE_CHECKPOINT: close takes no checkpoint, so the reopen recovers
+ * the last explicit one and drops what was written after it; without the flag the
+ * same close keeps everything. The flag with READONLY is accepted (nothing to do). */
+static void test_no_close_checkpoint(void)
+{
+	ember_options o;
+	ember_db *db = NULL;
+	store_opts(&o, EMBER_OPEN_TRUNCATE | EMBER_OPEN_NO_CLOSE_CHECKPOINT);
+	CHECK_OK(ember_open(dir, &o, &db));
+	put_all(db, 1);
+	uint64_t id = 0;
+	CHECK_OK(ember_checkpoint(db, &id));
+	put_all(db, 2);
+	CHECK_OK(ember_close(db));
+	db = open_store(0); /* no flag now: this close checkpoints */
+	check_all(db, 1, "reopen after a close without checkpoint");
+	put_all(db, 3);
+	CHECK_OK(ember_close(db));
+	store_opts(&o, EMBER_OPEN_READONLY | EMBER_OPEN_NO_CLOSE_CHECKPOINT);
+	CHECK_OK(ember_open(dir, &o, &db));
+	check_all(db, 3, "reopen after a close with checkpoint");
+	CHECK_OK(ember_close(db));
+	store_opts(&o, 0x10u); /* an unknown flag */
+	db = NULL;
+	CHECK(ember_open(dir, &o, &db) == EMBER_EINVAL && !db, "unknown flag 0x10 accepted");
+}
+
 int main(int argc, char **argv)
 {
 	tu_init("test_ckpt_choice", argc, argv);
@@ -557,6 +584,7 @@ int main(int argc, char **argv)
 	test_above();
 	test_list();
 	test_link();
+	test_no_close_checkpoint();
 #if defined(EMBER_FAULT_INJECTION) && EMBER_FAULT_INJECTION
 	test_ioerror();
 #endif

@@ -507,6 +507,7 @@ static int add_constants(PyObject *m)
 		{"MAX_SESSIONS", EMBER_MAX_SESSIONS},
 		{"OPEN_TRUNCATE", EMBER_OPEN_TRUNCATE}, {"OPEN_READONLY", EMBER_OPEN_READONLY},
 		{"OPEN_PREWRITE_LOG", EMBER_OPEN_PREWRITE_LOG},
+		{"OPEN_NO_CLOSE_CHECKPOINT", EMBER_OPEN_NO_CLOSE_CHECKPOINT},
 	};
 	for (size_t i = 0; i < sizeof c / sizeof c[0]; i++)
 		if (PyModule_AddObject(m, c[i].name, PyLong_FromLongLong(c[i].value)) < 0)

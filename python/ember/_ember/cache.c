@@ -453,20 +453,26 @@ out:
 /* ---- acquire ----------------------------------------------------------------- */
 
 /* try_acquire until it answers other than EAGAIN or about 10 ms have passed; the
- * GIL is released by the caller. */
-static int poll_acquire(ember_cache *cache, ember_cache_view *v)
+ * GIL is released by the caller. *wait_t0 (0: not waiting yet) gets the time of the
+ * first EAGAIN, so that the caller counts every wait from there, the first 10 ms
+ * included. */
+static int poll_acquire(ember_cache *cache, ember_cache_view *v, uint64_t *wait_t0)
 {
+	int rc = ember_cache_try_acquire(cache, v);
+	if (rc != EMBER_EAGAIN)
+		return rc;
 	uint64_t t0 = now_ns();
+	if (!*wait_t0)
+		*wait_t0 = t0;
 	long sleep_ns = 2000;
-	for (;;) {
-		int rc = ember_cache_try_acquire(cache, v);
-		if (rc != EMBER_EAGAIN || now_ns() - t0 > 10000000ull)
-			return rc;
+	do {
 		struct timespec ts = {0, sleep_ns};
 		nanosleep(&ts, NULL);
 		if (sleep_ns < 200000)
 			sleep_ns *= 2;
-	}
+		rc = ember_cache_try_acquire(cache, v);
+	} while (rc == EMBER_EAGAIN && now_ns() - t0 <= 10000000ull);
+	return rc;
 }
 
 /* The CacheBatch of an acquired view: slot indices as int64, part offsets. */
@@ -522,12 +528,11 @@ static PyObject *cache_acquire(PyObject *op, PyObject *args, PyObject *kw)
 	memset(&v, 0, sizeof v);
 	for (;;) {
 		Py_BEGIN_ALLOW_THREADS
-		rc = wait ? poll_acquire(self->cache, &v) : ember_cache_try_acquire(self->cache, &v);
+		rc = wait ? poll_acquire(self->cache, &v, &t0)
+			  : ember_cache_try_acquire(self->cache, &v);
 		Py_END_ALLOW_THREADS
 		if (rc != EMBER_EAGAIN || !wait)
 			break;
-		if (!t0)
-			t0 = now_ns();
 		if (PyErr_CheckSignals() < 0) { /* KeyboardInterrupt: nothing acquired */
 			self->wait_ns += now_ns() - t0;
 			self->training = 0;

@@ -150,6 +150,7 @@ def run_python(args, rows, ids, path, compute_s=0.0, kind="busy") -> dict:
                 ready.release()
         loader = threading.Thread(target=load, name="ember-loader")
     acq = []
+    split = {"convert": 0.0, "push": 0.0, "update": 0.0, "release": 0.0}
     wait_fill = 0
     t0 = time.perf_counter()
     if loader:
@@ -160,25 +161,37 @@ def run_python(args, rows, ids, path, compute_s=0.0, kind="busy") -> dict:
             if failed:
                 raise failed[0]
         else:
+            tp = time.perf_counter()
             while pushed < nb:
+                parts = batch_of(pushed)
+                tc = time.perf_counter()
+                split["convert"] += tc - tp
                 try:
-                    cache.push(batch_of(pushed))
+                    cache.push(parts)
                 except ember.Again:
                     break
+                finally:
+                    tp = time.perf_counter()
+                    split["push"] += tp - tc
                 pushed += 1
         if b == FILL:
             wait_fill = cache.stats().wait_ns
             t_fill = time.perf_counter()
         ta = time.perf_counter()
         batch = cache.acquire()
-        acq.append(time.perf_counter() - ta)
+        tb = time.perf_counter()
+        acq.append(tb - ta)
         mem = cache.memory
         cnt = np.bincount(batch.slots, minlength=0)
         hit = np.flatnonzero(cnt)
         mem[hit, 0] += cnt[hit].astype(np.float32) * np.float32(0.001)
+        tc = time.perf_counter()
+        split["update"] += tc - tb
         if step:
             pause(step)
+        tc = time.perf_counter()
         batch.release()
+        split["release"] += time.perf_counter() - tc
     wall = time.perf_counter() - t0
     if loader:
         loader.join()
@@ -193,7 +206,9 @@ def run_python(args, rows, ids, path, compute_s=0.0, kind="busy") -> dict:
            "fetch_ms_per_batch": st.prefetch_busy_ns / 1e6 / nb,
            "plan_ms_per_batch": st.plan_ns / 1e6 / nb,
            "rows_fetched": st.rows_fetched, "rows_written_back": st.rows_written_back,
-           "hit_rate": st.hit_rate, "capacity": st.capacity, "load_s": load_s}
+           "hit_rate": st.hit_rate, "capacity": st.capacity, "load_s": load_s,
+           "acquire_ms_per_batch": 1e3 * sum(acq) / nb}
+    out.update({f"{k}_ms_per_batch": 1e3 * v / nb for k, v in split.items()})
     del mem
     cache.close()
     store.close()
@@ -283,6 +298,9 @@ def main(argv=None) -> dict:
                   f"{med(rs, 'wait_ms_per_batch'):>14.2f} {med(rs, 'plan_ms_per_batch'):>14.2f}")
         print(f"python / c, medians: {ratio:.3f}x (per round: "
               f"{', '.join(f'{x:.3f}' for x in ratios)})")
+        print("python's loop, ms/batch (medians): " + ", ".join(
+            f"{k} {med(ps, k + '_ms_per_batch'):.2f}"
+            for k in ("convert", "push", "acquire", "update", "release")))
         modes = []
         if args.compute_ms:
             fetch = med(ps, "fetch_ms_per_batch")

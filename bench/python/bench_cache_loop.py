@@ -95,7 +95,7 @@ def load_store(path: str, rows: np.ndarray, dim: int, mem_mb: int) -> ember.Stor
     total = int(rows.sum())
     store = ember.Store(path, truncate=True, **store_options(total, dim, mem_mb))
     j = np.arange(dim, dtype=np.int64)
-    step = 1 << 16
+    step = 1024  # ember-cache-bench's put batches: the same records in the same order
     for t, n in enumerate(rows.tolist()):
         for a in range(0, n, step):
             r = np.arange(a, min(a + step, n), dtype=np.int64)

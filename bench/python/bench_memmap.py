@@ -252,6 +252,12 @@ def child(args) -> dict:
         del emb, mm
     if cg:
         out["cgroup_peak_bytes"] = cgroup_peak(cg)
+        st = os.path.join(cg, "memory.stat")
+        if os.path.exists(st):  # what was charged at the end: anonymous and page cache
+            with open(st) as f:
+                kv = dict(line.split() for line in f)
+            out["cgroup_end"] = {k: int(kv[k]) for k in ("rss", "cache", "anon", "file")
+                                 if k in kv}
         cgroup_remove(cg)
     return out
 

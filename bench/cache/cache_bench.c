@@ -26,6 +26,10 @@
  *     --batch-size B (512) --batches N (100) --scale F (0.01) --dim D (16)
  *     --capacity-frac F (0.05) --compute-us LIST (0,10000,30000) --mem-budget MB (8)
  *     --dir DIR (a fresh directory under $TMPDIR or /tmp)
+ *     --lru 0 (skip the LRU baseline: the oracle's runs only)
+ *     --dump-trace FILE (write the train trace in ember-trace's file format,
+ *     docs/cache.md "Trace files", so another driver can replay the same batches:
+ *     bench/python/bench_cache_loop.py)
  *   --json FILE   also write the figures as JSON
  *
  * The trainer "computes" by sleeping (like a GPU step, it leaves the CPU to the
@@ -60,7 +64,8 @@ struct cfg {
 	double scale, cap_frac;
 	char compute[256];
 	uint64_t mem_mb;
-	const char *dir, *json, *plan_caps;
+	const char *dir, *json, *plan_caps, *dump_trace;
+	int lru;
 };
 
 static FILE *jf;
@@ -769,6 +774,8 @@ static void run_train(const struct cfg *c)
 			cap, st.max_uniq);
 		exit(1);
 	}
+	if (c->dump_trace && (rc = trace_write(&t, c->dump_trace)) < 0)
+		die(c->dump_trace, rc);
 	uint64_t rec = 32 + 8 + ((c->dim * 4 + 7) & ~7u);
 	double data_mb = (double)st.total_rows * rec / 1e6;
 	printf("\n== train: %" PRIu32 " batches of %" PRIu32 " samples x %" PRIu32 " tables, %" PRIu64
@@ -802,27 +809,37 @@ static void run_train(const struct cfg *c)
 		       "oracle", us, o.wall, o.wait_per_batch, o.wait_after_fill, o.waited, o.fetched,
 		       o.rows_per_s, o.mb_per_s, o.plan_ms, o.written);
 		drop_store(c, db, dir);
-		db = loaded_store(c, &t, st.total_rows, dir, sizeof(dir), &load_s);
-		run_lru(db, &t, c->dim, cap, us, &l);
-		printf("%-7s %10" PRIu64 " %8.2f %10.3f %10.3f %7u %9.0f %9.0f %7.1f %10s %9.0f\n", "lru",
-		       us, l.wall, l.wait_per_batch, l.wait_after_fill, l.waited, l.fetched, l.rows_per_s,
-		       l.mb_per_s, "-", l.written);
-		drop_store(c, db, dir);
 		char k[64];
+		snprintf(k, sizeof(k), "compute%" PRIu64 "_oracle_wall_s", us);
+		jkv("train", k, o.wall);
+		if (c->lru) {
+			db = loaded_store(c, &t, st.total_rows, dir, sizeof(dir), &load_s);
+			run_lru(db, &t, c->dim, cap, us, &l);
+			printf("%-7s %10" PRIu64 " %8.2f %10.3f %10.3f %7u %9.0f %9.0f %7.1f %10s %9.0f\n",
+			       "lru", us, l.wall, l.wait_per_batch, l.wait_after_fill, l.waited,
+			       l.fetched, l.rows_per_s, l.mb_per_s, "-", l.written);
+			drop_store(c, db, dir);
+		} else {
+			memset(&l, 0, sizeof(l));
+		}
 		snprintf(k, sizeof(k), "compute%" PRIu64 "_oracle_wait_ms", us);
 		jkv("train", k, o.wait_per_batch);
 		snprintf(k, sizeof(k), "compute%" PRIu64 "_oracle_wait_after_fill_ms", us);
 		jkv("train", k, o.wait_after_fill);
-		snprintf(k, sizeof(k), "compute%" PRIu64 "_lru_wait_ms", us);
-		jkv("train", k, l.wait_per_batch);
+		if (c->lru) {
+			snprintf(k, sizeof(k), "compute%" PRIu64 "_lru_wait_ms", us);
+			jkv("train", k, l.wait_per_batch);
+		}
 		snprintf(k, sizeof(k), "compute%" PRIu64 "_oracle_rows_per_s", us);
 		jkv("train", k, o.rows_per_s);
 		snprintf(k, sizeof(k), "compute%" PRIu64 "_oracle_plan_ms", us);
 		jkv("train", k, o.plan_ms);
 		snprintf(k, sizeof(k), "compute%" PRIu64 "_oracle_fetched", us);
 		jkv("train", k, o.fetched);
-		snprintf(k, sizeof(k), "compute%" PRIu64 "_lru_fetched", us);
-		jkv("train", k, l.fetched);
+		if (c->lru) {
+			snprintf(k, sizeof(k), "compute%" PRIu64 "_lru_fetched", us);
+			jkv("train", k, l.fetched);
+		}
 	}
 	sim_trace_free(&st);
 	trace_free(&t);
@@ -833,7 +850,7 @@ int main(int argc, char **argv)
 	struct cfg c = {.parts = "plan,sim,train", .seed = 1, .skew = 1.05, .plan_bs = 16384,
 			.plan_nb = 160, .plan_rep = 5, .plan_window = 100, .plan_scale = 1.0, .sim_bs = 1024, .sim_nb = 400,
 			.window = 100, .sim_scale = 0.02, .bs = 512, .nb = 100, .dim = 16,
-			.scale = 0.01, .cap_frac = 0.05, .compute = "0,10000,30000", .mem_mb = 8};
+			.scale = 0.01, .cap_frac = 0.05, .compute = "0,10000,30000", .mem_mb = 8, .lru = 1};
 	for (int i = 1; i + 1 < argc || (i < argc && (fprintf(stderr, "missing value\n"), 0));
 	     i += 2) {
 		const char *a = argv[i], *v = argv[i + 1];
@@ -859,6 +876,8 @@ int main(int argc, char **argv)
 		else if (!strcmp(a, "--mem-budget")) c.mem_mb = strtoull(v, NULL, 0);
 		else if (!strcmp(a, "--dir")) c.dir = v;
 		else if (!strcmp(a, "--json")) c.json = v;
+		else if (!strcmp(a, "--lru")) c.lru = atoi(v) != 0;
+		else if (!strcmp(a, "--dump-trace")) c.dump_trace = v;
 		else {
 			fprintf(stderr, "ember-cache-bench: unknown option %s (see the file's header)\n", a);
 			return 2;

@@ -299,3 +299,24 @@ def test_store_close_flushes_and_closes_its_caches(tmp_path):
         got = cache2.read_rows("user", np.array([3, 5], dtype=np.int64))
         assert np.all(got == 2.5)
         cache2.close()
+
+
+def test_push_reads_ids_in_place_and_keeps_no_reference(store):
+    """push reads an int64 array in place (no copy of its own): the cache has copied
+    the ids when push returns, so changing the array afterwards changes nothing."""
+    rng = np.random.default_rng(SEED)
+    cache = open_cache(store)
+    ids = rng.permutation(1000)[:50].astype(np.int64)
+    vals = rng.standard_normal((50, 4)).astype(np.float32)
+    cache.write_rows("user", ids, vals)
+    arr = ids.copy()
+    seq = ids.tolist()  # a sequence: read through a copy
+    cache.push({"user": arr})
+    cache.push({"user": seq})
+    arr[:] = 999
+    seq[:] = [998] * len(seq)
+    for _ in range(2):
+        b = cache.acquire()
+        np.testing.assert_array_equal(b.rows(0), vals)
+        b.release(dirty=False)
+    cache.close()

@@ -385,16 +385,19 @@ static void cache_dealloc(PyObject *op)
 
 /* ---- push -------------------------------------------------------------------- */
 
-/* Parse parts [(table, ids[, label]), ...] into parts[] with copied rows. */
+/* Parse parts [(table, ids[, label]), ...] into parts[]. The ids are read in place
+ * where they are an int64 buffer (ids[p] holds them until ember_py_ids_release) and
+ * range-checked here; they are not copied: ember_cache_push copies them, and checks
+ * them again (EMBER_EINVAL), so a buffer changed by another thread while the GIL is
+ * released cannot push an id out of range. A checked int64 id is its uint64. */
 static int push_parse(cache_object *self, PyObject *seq, ember_cache_part *parts,
-		      uint64_t **rows)
+		      ember_py_ids *ids)
 {
 	Py_ssize_t np = PySequence_Fast_GET_SIZE(seq);
 	char argname[160];
 	for (Py_ssize_t p = 0; p < np; p++) {
-		PyObject *item = PySequence_Fast_GET_ITEM(seq, p), *label = NULL, *ids;
+		PyObject *item = PySequence_Fast_GET_ITEM(seq, p), *label = NULL;
 		uint32_t t;
-		Py_ssize_t n = 0;
 		if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) < 2 ||
 		    PyTuple_GET_SIZE(item) > 3) {
 			PyErr_Format(PyExc_TypeError, "part %zd: expected (table, ids[, name])", p);
@@ -402,7 +405,6 @@ static int push_parse(cache_object *self, PyObject *seq, ember_cache_part *parts
 		}
 		if (table_arg(self, PyTuple_GET_ITEM(item, 0), &t) < 0)
 			return -1;
-		ids = PyTuple_GET_ITEM(item, 1);
 		if (PyTuple_GET_SIZE(item) == 3)
 			label = PyTuple_GET_ITEM(item, 2);
 		if (label && PyUnicode_Check(label))
@@ -411,16 +413,18 @@ static int push_parse(cache_object *self, PyObject *seq, ember_cache_part *parts
 		else
 			snprintf(argname, sizeof argname, "table '%s' (part %zd) ids",
 				 table_name(self, t), p);
-		if (ids_of_table(self, t, ids, argname, &rows[p], &n) < 0)
+		if (ember_py_ids_get(PyTuple_GET_ITEM(item, 1), argname, &ids[p]) < 0)
 			return -1;
-		if ((uint64_t)n > UINT32_MAX) {
+		if (ember_py_ids_check_range(&ids[p], argname, 0, (int64_t)self->rows[t]) < 0)
+			return -1;
+		if ((uint64_t)ids[p].n > UINT32_MAX) {
 			PyErr_Format(PyExc_ValueError, "%s: %zd lookups, more than 2^32 - 1", argname,
-				     n);
+				     ids[p].n);
 			return -1;
 		}
 		parts[p].table = t;
-		parts[p].n = (uint32_t)n;
-		parts[p].rows = rows[p];
+		parts[p].n = (uint32_t)ids[p].n;
+		parts[p].rows = (const uint64_t *)ids[p].ids;
 	}
 	return 0;
 }
@@ -431,7 +435,7 @@ static PyObject *cache_push(PyObject *op, PyObject *arg)
 	PyObject *seq, *ret = NULL;
 	Py_ssize_t np;
 	ember_cache_part *parts = NULL;
-	uint64_t **rows = NULL;
+	ember_py_ids *ids = NULL;
 	ember_cache_batch b;
 	int rc;
 
@@ -448,12 +452,12 @@ static PyObject *cache_push(PyObject *op, PyObject *arg)
 		goto out;
 	}
 	parts = PyMem_Calloc((size_t)(np ? np : 1), sizeof *parts);
-	rows = PyMem_Calloc((size_t)(np ? np : 1), sizeof *rows);
-	if (!parts || !rows) {
+	ids = PyMem_Calloc((size_t)(np ? np : 1), sizeof *ids);
+	if (!parts || !ids) {
 		PyErr_NoMemory();
 		goto out;
 	}
-	if (push_parse(self, seq, parts, rows) < 0)
+	if (push_parse(self, seq, parts, ids) < 0)
 		goto out;
 	b.nparts = (uint32_t)np;
 	b.parts = parts;
@@ -468,10 +472,10 @@ static PyObject *cache_push(PyObject *op, PyObject *arg)
 	}
 	ret = PyLong_FromUnsignedLongLong(self->pushed++);
 out:
-	if (rows)
+	if (ids)
 		for (Py_ssize_t p = 0; p < np; p++)
-			PyMem_Free(rows[p]);
-	PyMem_Free(rows);
+			ember_py_ids_release(&ids[p]);
+	PyMem_Free(ids);
 	PyMem_Free(parts);
 	Py_DECREF(seq);
 	return ret;
@@ -480,20 +484,26 @@ out:
 /* ---- acquire ----------------------------------------------------------------- */
 
 /* try_acquire until it answers other than EAGAIN or about 10 ms have passed; the
- * GIL is released by the caller. */
-static int poll_acquire(ember_cache *cache, ember_cache_view *v)
+ * GIL is released by the caller. *wait_t0 (0: not waiting yet) gets the time of the
+ * first EAGAIN, so that the caller counts every wait from there, the first 10 ms
+ * included. */
+static int poll_acquire(ember_cache *cache, ember_cache_view *v, uint64_t *wait_t0)
 {
+	int rc = ember_cache_try_acquire(cache, v);
+	if (rc != EMBER_EAGAIN)
+		return rc;
 	uint64_t t0 = now_ns();
+	if (!*wait_t0)
+		*wait_t0 = t0;
 	long sleep_ns = 2000;
-	for (;;) {
-		int rc = ember_cache_try_acquire(cache, v);
-		if (rc != EMBER_EAGAIN || now_ns() - t0 > 10000000ull)
-			return rc;
+	do {
 		struct timespec ts = {0, sleep_ns};
 		nanosleep(&ts, NULL);
 		if (sleep_ns < 200000)
 			sleep_ns *= 2;
-	}
+		rc = ember_cache_try_acquire(cache, v);
+	} while (rc == EMBER_EAGAIN && now_ns() - t0 <= 10000000ull);
+	return rc;
 }
 
 /* The CacheBatch of an acquired view: slot indices as int64, part offsets. */
@@ -549,12 +559,11 @@ static PyObject *cache_acquire(PyObject *op, PyObject *args, PyObject *kw)
 	memset(&v, 0, sizeof v);
 	for (;;) {
 		Py_BEGIN_ALLOW_THREADS
-		rc = wait ? poll_acquire(self->cache, &v) : ember_cache_try_acquire(self->cache, &v);
+		rc = wait ? poll_acquire(self->cache, &v, &t0)
+			  : ember_cache_try_acquire(self->cache, &v);
 		Py_END_ALLOW_THREADS
 		if (rc != EMBER_EAGAIN || !wait)
 			break;
-		if (!t0)
-			t0 = now_ns();
 		if (PyErr_CheckSignals() < 0) { /* KeyboardInterrupt: nothing acquired */
 			self->wait_ns += now_ns() - t0;
 			self->training = 0;

@@ -120,10 +120,14 @@ static void audit(uint64_t id, int first, int older)
 		      "this one is durable (event %ld)", id, rm, par);
 		CHECK(fin > rm, "checkpoint %" PRIu64 ": removal of the older one not fsynced", id);
 	}
-	for (long i = 0; i < n; i++)
+	/* Before the first checkpoint nothing durable names any log space (a crash then
+	 * recovers an empty store), so the background compactor may release space while
+	 * the first checkpoint is taken: the rule binds once an older checkpoint exists. */
+	for (long i = 0; older && i < n; i++)
 		if (!strncmp(em_powerloss_trace_line((size_t)i), "punch ", 6))
-			CHECK(i > fin, "checkpoint %" PRIu64 ": log space punched (event %ld) before "
-			      "the older checkpoint's removal is durable (event %ld)", id, i, fin);
+			CHECK(i > fin, "checkpoint %" PRIu64 ": log space punched (event %ld: %s) "
+			      "before the older checkpoint's removal is durable (event %ld)", id, i,
+			      em_powerloss_trace_line((size_t)i), fin);
 }
 
 int main(int argc, char **argv)

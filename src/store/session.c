@@ -106,6 +106,8 @@ int session_create(ember_db *db, int internal, ember_session **out)
 {
 	int rc;
 	*out = NULL;
+	/* allocated before sess_mu is taken, so no allocation waits inside it; freed
+	 * again below when a closed handle is reused instead */
 	struct ember_session *s = em_zalloc(sizeof(*s));
 	if (!s)
 		return EMBER_ENOMEM;

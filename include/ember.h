@@ -272,8 +272,8 @@ typedef struct ember_stats {
  * Fill *out. Safe to call while other threads work (figures may lag slightly).
  * The macro passes the size of the caller's struct: the library writes that many
  * bytes, no more, and zeroes what it does not know of a larger one; size 0 is
- * EMBER_EINVAL. The function of the same name (for
- * dlsym) fills this release's struct.
+ * EMBER_EINVAL. The function of the same name (for dlsym) fills this release's
+ * struct.
  */
 int ember_stats_get_sized(ember_db *db, ember_stats *out, size_t size);
 int(ember_stats_get)(ember_db *db, ember_stats *out);
@@ -306,7 +306,8 @@ int ember_compact(ember_db *db, int force);
  * options' values for them are ignored; budgets, read cache, queue depth and the
  * rest apply anew. With EMBER_OPEN_TRUNCATE the store is discarded instead.
  * opts->struct_size past this release's struct with a nonzero byte beyond it (a
- * newer caller's option this library lacks) returns EMBER_EINVAL. A directory whose superblock is not Ember's returns EMBER_ENOTEMBER; one of
+ * newer caller's option this library lacks) returns EMBER_EINVAL. A directory
+ * whose superblock is not Ember's returns EMBER_ENOTEMBER; one of
  * another format version EMBER_EVERSION. A directory locked by another open store
  * returns EMBER_EBUSY. A directory that cannot be created returns -errno.
  */

@@ -106,6 +106,13 @@ static void test_bounded(void)
 	/* every handle kept would be n/2 x ~600 bytes (at least 1.2 MB at the smallest
 	 * n); reused, the pool is at most 2 x EMBER_MAX_SESSIONS handles, reached in the
 	 * first thousand cycles' wake: 1 MiB leaves room for the allocator's noise */
+#if defined(__SANITIZE_THREAD__)
+	/* ThreadSanitizer's shadow and sync memory grow with what the run touches, so
+	 * the resident set does not measure the handles here; the reuse itself is
+	 * checked by test_stale_and_limit */
+	printf("RSS bound not checked under ThreadSanitizer\n");
+	before = after = 0;
+#endif
 	if (before && after)
 		CHECK(after < before + 1024, "RSS grew by %llu KiB over %llu open/close cycles",
 		      (unsigned long long)(after - before), (unsigned long long)n);

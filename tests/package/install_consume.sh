@@ -45,15 +45,18 @@ flags=()
 # shellcheck disable=SC2046 # pkg-config's output is words
 "$cc" -std=c11 -Wall -Werror "${flags[@]}" "$src/examples/c/hello.c" -o "$tmp/hello" \
 	$(pkg-config --cflags ember) $(pkg-config --libs ember) || fail "hello.c does not build"
-LC_ALL=C readelf -V "$tmp/hello" | grep -q 'Name: EMBER_0\.1' ||
+versions=$(LC_ALL=C readelf -V "$tmp/hello")
+grep -q 'Name: EMBER_0\.1' <<<"$versions" ||
 	fail "hello does not bind libember's EMBER_0.1 symbols"
 libdir=$(dirname "$lib")
 out=$(LD_LIBRARY_PATH=$libdir "$tmp/hello" "$tmp/store")
 echo "hello: $out"
 [[ $out == "hello -> world" ]] || fail "hello printed '$out'"
-# the library it ran with is the installed one
-LD_LIBRARY_PATH=$libdir ldd "$tmp/hello" | grep -q "$libdir/libember.so" ||
-	fail "hello did not load the installed libember.so"
+# the library it ran with is the installed one (ldd's output taken whole: grep -q
+# would stop reading early and fail the pipeline with ldd's SIGPIPE)
+deps=$(LD_LIBRARY_PATH=$libdir ldd "$tmp/hello")
+grep -q "libember.so.0 => $libdir/libember.so" <<<"$deps" ||
+	{ echo "$deps"; fail "hello did not load the installed libember.so"; }
 
 # the installed CLI: the man page's examples
 run_cli() { LD_LIBRARY_PATH=$libdir "$cli" "$@"; }

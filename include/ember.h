@@ -114,8 +114,17 @@ const char *ember_strerror(int code);
 /*
  * Options for ember_open(). Zero the struct (or call ember_options_default()) and
  * set what you need: every field left at zero takes its default.
+ *
+ * The struct grows at its end in later releases (docs/abi.md): struct_size says how
+ * much of it the caller knows. ember_options_default() sets it; a zeroed struct
+ * (struct_size 0) is read as this release's struct. Fields past struct_size take
+ * their defaults, so a program built against an older, smaller ember_options works
+ * with a newer library unchanged.
  */
 typedef struct ember_options {
+	/* Bytes of this struct the caller's header declares: sizeof(ember_options) as
+	 * the caller was compiled, set by ember_options_default(); 0: this release's. */
+	size_t struct_size;
 	/* Bytes of memory for the hot log: the mutable and read-only in-memory regions.
 	 * Rounded down to a multiple of page_size; at least 8 pages. Default 256 MiB.
 	 * The largest value the store accepts is the smaller of EMBER_MAX_VALUE_LEN and
@@ -149,9 +158,8 @@ typedef struct ember_options {
 	 * hot_disk_budget. Measured: a little faster on YCSB A and B larger than
 	 * memory; on the partition buffer, no gain in a first epoch but epochs
 	 * 0.95-1.18x the I/O floor instead of 1.16-1.69x once compaction releases
-	 * space (docs/graph.md, session 8). EMBER_OPEN_PREWRITE_LOG gives a new
-	 * log such files from the start (a first epoch at 1.5 ms a batch: 0.97 s
-	 * against 1.02 s in one file, at the median of 12 rounds; session 9).
+	 * space (docs/graph.md). EMBER_OPEN_PREWRITE_LOG gives a new log such files
+	 * from the start (a first epoch at 0.97 s against 1.02 s in one file).
 	 * Released log space goes back by removing
 	 * whole segment files, also where the filesystem cannot punch holes. Each
 	 * segment holding log data stays open: a log takes about (its disk use /
@@ -213,17 +221,26 @@ typedef struct ember_options {
 /* ember_options.cold_cache_memory: no entry cache. */
 #define EMBER_COLD_CACHE_OFF UINT64_MAX
 
-/* Fill *opts with the defaults. opts must not be NULL. */
-void ember_options_default(ember_options *opts);
+/*
+ * Fill *opts with the defaults and set opts->struct_size. opts must not be NULL.
+ * The macro passes the size of the caller's struct, so that a newer library
+ * writes no more than an older caller declared; the function of the same name
+ * (for dlsym) fills this release's struct.
+ */
+void ember_options_default_sized(ember_options *opts, size_t size);
+void(ember_options_default)(ember_options *opts);
+#define ember_options_default(opts) ember_options_default_sized((opts), sizeof(*(opts)))
 
 typedef struct ember_db ember_db;
 typedef struct ember_session ember_session;
 
-/* Per-tier figures of ember_stats_get(). */
+/* Per-tier figures of ember_stats_get(). Nested in ember_stats, so it does not grow
+ * (docs/abi.md): a new per-tier figure is a new field at the end of ember_stats. */
 typedef struct ember_tier_stats {
-	uint64_t records;        /* records appended to the log since this open (live or
-				    not) and not yet compacted away: after a reopen it
-				    starts at 0 (ember_iterate counts live keys) */
+	uint64_t records;        /* records in the log (live or not: ember_iterate
+				    counts live keys) not yet compacted away; kept in
+				    each checkpoint, so a reopen starts from the count
+				    of the checkpoint it recovers */
 	uint64_t bytes_memory;   /* memory the tier's log holds */
 	uint64_t bytes_disk;     /* log bytes between its begin and tail */
 	uint64_t reads_memory;   /* user reads answered from this tier's memory */
@@ -232,7 +249,8 @@ typedef struct ember_tier_stats {
 	uint64_t compaction_bytes_written; /* bytes compaction appended from this log */
 } ember_tier_stats;
 
-/* A snapshot of a store's statistics (counters since open). */
+/* A snapshot of a store's statistics (counters since open, except the tiers'
+ * records). It grows at its end in later releases (docs/abi.md). */
 typedef struct ember_stats {
 	ember_tier_stats hot, cold;
 	uint64_t read_cache_hits;      /* user reads answered by the read cache */
@@ -257,8 +275,16 @@ typedef struct ember_stats {
 	double cold_index_bytes_per_key; /* cold_index_bytes / cold.records */
 } ember_stats;
 
-/* Fill *out. Safe to call while other threads work (figures may lag slightly). */
-int ember_stats_get(ember_db *db, ember_stats *out);
+/*
+ * Fill *out. Safe to call while other threads work (figures may lag slightly).
+ * The macro passes the size of the caller's struct: the library writes that many
+ * bytes, no more, and zeroes what it does not know of a larger one; size 0 is
+ * EMBER_EINVAL. The function of the same name (for dlsym) fills this release's
+ * struct.
+ */
+int ember_stats_get_sized(ember_db *db, ember_stats *out, size_t size);
+int(ember_stats_get)(ember_db *db, ember_stats *out);
+#define ember_stats_get(db, out) ember_stats_get_sized((db), (out), sizeof(*(out)))
 
 /*
  * Run compaction now, on the calling thread, instead of waiting for the background
@@ -285,7 +311,10 @@ int ember_compact(ember_db *db, int force);
  * cold_index_chunks, cold_chunk_bytes and the memory of each log (log_memory /
  * memory_budget, cold_log_memory) are taken from the store on reopen and the
  * options' values for them are ignored; budgets, read cache, queue depth and the
- * rest apply anew. With EMBER_OPEN_TRUNCATE the store is discarded instead. A directory whose superblock is not Ember's returns EMBER_ENOTEMBER; one of
+ * rest apply anew. With EMBER_OPEN_TRUNCATE the store is discarded instead.
+ * opts->struct_size past this release's struct with a nonzero byte beyond it (a
+ * newer caller's option this library lacks) returns EMBER_EINVAL. A directory
+ * whose superblock is not Ember's returns EMBER_ENOTEMBER; one of
  * another format version EMBER_EVERSION. A directory locked by another open store
  * returns EMBER_EBUSY. A directory that cannot be created returns -errno.
  */
@@ -304,10 +333,13 @@ int ember_close(ember_db *db);
 int ember_session_open(ember_db *db, ember_session **s);
 
 /*
- * Close a session. Its handle stays allocated until ember_close(): any later call
- * with it returns EMBER_ESTATE rather than touching freed memory. Accepts NULL.
- * So every session opened costs about 600 bytes until ember_close, closed or not:
- * keep one session per thread, rather than opening one per request.
+ * Close a session. Accepts NULL. The handle's memory is kept for reuse: a later
+ * call with the closed handle returns EMBER_ESTATE rather than touching freed
+ * memory, until EMBER_MAX_SESSIONS more sessions have been closed; after that
+ * ember_session_open may hand the same memory out again, so a closed handle must
+ * not be used. A program that opens and closes sessions holds at most
+ * 2 x EMBER_MAX_SESSIONS handles (about 600 bytes each, while closed) however many
+ * it opens over time; one session per thread stays the cheaper pattern.
  */
 int ember_session_close(ember_session *s);
 

@@ -1,5 +1,5 @@
 /*
- * gpu_bench.c - ember-gpu-bench: the speed measurements of GPU streaming (issue 7),
+ * gpu_bench.c - ember-gpu-bench: the speed measurements of GPU streaming,
  * each against a baseline measured in the same run:
  *
  *   staging   host->device throughput of the staging pipeline (ring of pinned

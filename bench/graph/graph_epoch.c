@@ -31,7 +31,7 @@
  * and --store-mutable set the store's log memory (default 16 MiB) and its mutable
  * fraction (default 0.25: each 4 MiB write-back stays mutable, unflushed, until the
  * next one is written; 0.0625, one page, flushes it at once, which measured faster
- * with --store-prewrite and slower with one appended file, session 10);
+ * with --store-prewrite and slower with one appended file);
  * --store-segment-mib N keeps the store's logs as segment
  * files of N MiB (log_segment_bytes; default 0: one file per log). --epochs N runs
  * N epochs (a line each; the floor counts N times the ordering's bytes), and
@@ -262,9 +262,9 @@ static void *mixed_write(void *arg)
  * Seconds the disk takes to read `bytes` and write `bytes` at the same time (two
  * threads, sequential O_DIRECT 4 MiB requests into huge pages, the writes over a
  * file written before): what a buffer that overlaps its reads with its write-backs
- * asks of the device. In session 4 this took 1.2x the sum of the two alone (the
- * writes then appended), so the sequential floor was not reachable by any overlap
- * there. -1 if refused.
+ * asks of the device. On the bench VM this took 1.2x the sum of the two alone when
+ * the writes appended, so the sequential floor was not reachable by any overlap
+ * there (bench/results/2026-11-27-graph-epochs.md). -1 if refused.
  */
 static double probe_mixed(const char *dir, uint64_t bytes)
 {
@@ -597,8 +597,8 @@ int main(int argc, char **argv)
 	/* the device's speed drifts on a shared host: probe again after the epoch and
 	 * take the floor at the faster of the two probes, each way. Not their mean:
 	 * after an epoch whose writes appended, this VM's disk read and wrote up to
-	 * 40% slower for a while (session 9: after-probes of 1.1-1.5 GB/s read
-	 * against 2.1-2.9 before), which flattered that epoch's ratio; after one
+	 * 40% slower for a while (after-probes of 1.1-1.5 GB/s read against 2.1-2.9
+	 * before), which flattered that epoch's ratio; after one
 	 * whose writes overwrote, the two probes agreed */
 	double wbw2, obw2, rbw2, wbw1 = wbw, obw1 = obw, rbw1 = rbw;
 	probe_disk(c.dir, c.probe_bytes, &wbw2, &obw2, &rbw2);

@@ -1153,8 +1153,8 @@ int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *p
 	rc = b->error;
 	/* state 0's buckets are read now only if they fit beside what the last plan
 	 * still holds (its last state's buckets, freed by next_state(0)); else
-	 * next_state(0) reads them once it has freed those (review: an epoch after
-	 * the first went 13% over the budget here) */
+	 * next_state(0) reads them once it has freed those (reading them at once, an
+	 * epoch after the first went 13% over the budget here) */
 	uint64_t add = 0;
 	for (uint32_t i = 0; i < c; i++)
 		for (uint32_t j = 0; j < c; j++) {

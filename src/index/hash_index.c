@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 
 #include "core/alloc.h"
+#include "core/cpu.h"
 #include "core/hash.h"
 
 #define CHUNK_BUCKETS (UINT64_C(1) << HI_CHUNK_BITS)
@@ -192,7 +193,7 @@ int hi_insert_flags(struct hash_index *hi, uint64_t hash, uint64_t addr, uint64_
 				*entry = other_e;
 				return 1;
 			}
-			__builtin_ia32_pause();
+			cpu_relax();
 			continue;
 		}
 		/* release: the record at addr is visible before the entry is */

@@ -1167,10 +1167,9 @@ int em_io_punch(struct em_ring *r, struct em_file *f, uint64_t off, uint64_t len
 }
 
 /* Segmented fsync: every segment from `lo` to the highest written that exists,
- * then the directory if segments were created or removed. Before session 11 it
- * started where the previous call had ended (its newest segment), so a write still
- * in flight to an older segment during that call was never fsynced: the caller
- * now says where to start (em_io_fsync_from). */
+ * then the directory if segments were created or removed. The caller says where to
+ * start (em_io_fsync_from): starting where the previous call ended (its newest
+ * segment) would miss a write still in flight to an older segment during that call. */
 static int segs_fsync(struct em_ring *r, struct em_file *f, uint64_t lo)
 {
 	struct em_segs *g = f->segs;

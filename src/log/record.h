@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "core/address.h"
+#include "core/cpu.h"
 #include "core/hash.h"
 
 #define REC_HDR_SIZE 32u
@@ -226,7 +227,7 @@ static inline int rec_lock(struct record *r)
 		if (s & REC_SEQ_SEALED)
 			return -1;
 		if (s & 1) {
-			__builtin_ia32_pause();
+			cpu_relax();
 			continue;
 		}
 		/* acquire: our writes to the record cannot move before taking the lock */

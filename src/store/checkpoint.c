@@ -177,7 +177,12 @@ enum {
 	M_HOT_BEGIN = 88, M_HOT_REPLAY = 96, M_HOT_END = 104, M_COLD_BEGIN = 112,
 	M_COLD_END = 120, M_CHUNK_BEGIN = 128, M_CHUNK_END = 136, M_INDEX_ENTRIES = 144,
 	M_INDEX_SUM = 152, M_TABLE_BYTES = 160, M_TABLE_SUM = 168, M_SEGMENT = 176,
+	M_FLAGS = 184, M_HOT_RECORDS = 192, M_COLD_RECORDS = 200,
 	M_SUM = CKPT_META_SIZE - 8,
+};
+/* M_FLAGS bits; a meta without them reads zero there (reserved before) */
+enum {
+	MF_COUNTS = 1, /* M_HOT_RECORDS and M_COLD_RECORDS hold the tiers' counts */
 };
 
 static void put64(uint8_t *b, size_t off, uint64_t v) { memcpy(b + off, &v, 8); }
@@ -214,6 +219,11 @@ void ckpt_meta_encode(const struct ckpt_meta *m, uint8_t *b)
 	put64(b, M_TABLE_BYTES, m->table_bytes);
 	put64(b, M_TABLE_SUM, m->table_sum);
 	put64(b, M_SEGMENT, m->geo.log_segment_bytes);
+	if (m->has_counts) {
+		put64(b, M_FLAGS, MF_COUNTS);
+		put64(b, M_HOT_RECORDS, m->hot_records);
+		put64(b, M_COLD_RECORDS, m->cold_records);
+	}
 	put64(b, M_SUM, XXH3_64bits(b, M_SUM));
 }
 
@@ -247,6 +257,9 @@ int ckpt_meta_parse(const uint8_t *b, size_t len, struct ckpt_meta *m)
 	m->index_sum = get64(b, M_INDEX_SUM);
 	m->table_bytes = get64(b, M_TABLE_BYTES);
 	m->table_sum = get64(b, M_TABLE_SUM);
+	m->has_counts = (get64(b, M_FLAGS) & MF_COUNTS) != 0;
+	m->hot_records = m->has_counts ? get64(b, M_HOT_RECORDS) : 0;
+	m->cold_records = m->has_counts ? get64(b, M_COLD_RECORDS) : 0;
 	m->geo.log_segment_bytes = get64(b, M_SEGMENT);
 	/* a checksummed block can still hold nonsense written by a bug: check ranges */
 	int ok = m->id > 0 && m->hot_begin >= EM_LOG_START && m->hot_begin <= m->hot_replay &&
@@ -608,6 +621,8 @@ int ckpt_take(struct ember_db *db, uint64_t *id_out)
 		goto out;
 	/* step 4 */
 	m.hot_end = hlog_load(&db->hot->tail);
+	stats_tier_records(db, &m.hot_records, &m.cold_records);
+	m.has_counts = 1;
 	rc = hlog_fold(db->hot, m.hot_end, &ring);
 	if (rc < 0)
 		goto out;
@@ -641,7 +656,7 @@ int ckpt_take(struct ember_db *db, uint64_t *id_out)
 	/* step 8 before step 7: the older checkpoints go, durably, before the space
 	 * they need is released. Released first, a crash before their removal was
 	 * durable left one whose log space was punched, and recovery fell back to it
-	 * when this one failed a check: every read failed (review, session 11). */
+	 * when this one failed a check: every read failed. */
 	int rrc = remove_others(db, name);
 	if (rrc == 0)
 		rrc = em_dir_fsync(top);
@@ -1197,6 +1212,8 @@ int ckpt_apply(struct ember_db *db, const struct ckpt_meta *m)
 		return rc;
 	ck->last = *m;
 	ck->have_last = 1;
+	db->base_records[0] = m->hot_records; /* zero in a meta without counts */
+	db->base_records[1] = m->cold_records;
 	ck->floor[COMPACT_HOT] = em_align_down(m->hot_begin, EM_IO_ALIGN);
 	ck->floor[COMPACT_COLD] = em_align_down(m->cold_begin, EM_IO_ALIGN);
 	ck->floor[COMPACT_CHUNKS] = em_align_down(m->chunk_begin, EM_IO_ALIGN);

@@ -34,6 +34,9 @@ struct ckpt_meta {
 	uint64_t chunk_begin, chunk_end;
 	uint64_t index_entries, index_sum; /* hot.index: entries x 16 bytes, XXH3 */
 	uint64_t table_bytes, table_sum;   /* cold.table */
+	/* the tiers' record counts (ember_tier_stats.records) at hot_end; valid when
+	 * has_counts (metas written before the counts existed have none) */
+	uint64_t has_counts, hot_records, cold_records;
 };
 
 /* Encode m into buf (CKPT_META_SIZE bytes, checksummed). */

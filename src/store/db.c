@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/abi.h"
 #include "core/alloc.h"
 #include "core/hash.h"
 #include "store/checkpoint.h"
@@ -62,11 +63,14 @@ static int log_segment_ok(uint64_t seg)
 	return seg >= LOG_SEGMENT_MIN && seg <= (UINT64_C(1) << EM_SEG_MAX_BITS) && !(seg & (seg - 1));
 }
 
-void ember_options_default(ember_options *o)
+/* The size of ember_options in its first release: a caller's struct_size of 0
+ * means this. Fields added later are appended, and this stays. */
+#define OPTIONS_SIZE_BASE (offsetof(ember_options, log_arg) + sizeof(void *))
+
+static void options_fill_default(ember_options *o)
 {
-	if (!o)
-		return;
 	memset(o, 0, sizeof(*o));
+	o->struct_size = sizeof(*o);
 	o->log_memory = UINT64_C(256) << 20;
 	o->mutable_fraction = 0.9;
 	o->index_buckets = UINT64_C(1) << 18;
@@ -77,11 +81,34 @@ void ember_options_default(ember_options *o)
 	/* memory_budget, disk budgets and cold_log_memory: derived in layout_resolve */
 }
 
+void ember_options_default_sized(ember_options *o, size_t size)
+{
+	if (!o || !size)
+		return;
+	ember_options d;
+	options_fill_default(&d);
+	abi_struct_out(o, size, &d, sizeof(d));
+	if (size >= sizeof(o->struct_size))
+		o->struct_size = size;
+}
+
+void(ember_options_default)(ember_options *o)
+{
+	ember_options_default_sized(o, OPTIONS_SIZE_BASE);
+}
+
 static int options_resolve(const ember_options *in, ember_options *out)
 {
 	ember_options d;
-	ember_options_default(&d);
-	*out = in ? *in : d;
+	options_fill_default(&d);
+	*out = d;
+	if (in) {
+		/* the caller's struct as far as it goes; what it lacks is zero: default */
+		int rc = abi_struct_in(out, sizeof(*out), in,
+				       in->struct_size ? in->struct_size : OPTIONS_SIZE_BASE);
+		if (rc < 0)
+			return rc;
+	}
 	if (!out->log_memory)
 		out->log_memory = d.log_memory;
 	if (out->mutable_fraction == 0)

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/cpu.h"
 #include "core/fault.h"
 #include "core/hash.h"
 #include "store/compact.h"
@@ -40,7 +41,7 @@ int rec_read_value(struct record *r, void *buf, size_t cap, size_t *vlen)
 		/* acquire: pairs with the unlocking release of the last writer */
 		uint32_t s1 = atomic_load_explicit(&r->seq, memory_order_acquire);
 		if (s1 & 1) {
-			__builtin_ia32_pause();
+			cpu_relax();
 			continue;
 		}
 		uint64_t hdr = rec_header(r);

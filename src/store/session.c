@@ -3,9 +3,13 @@
  * slots and scratch buffers.
  *
  * Lifetime: a session is allocated by session_create and listed in db->sessions
- * until ember_close frees them all; closing one only releases its resources and
- * marks it closed, so a stale handle is detected (EMBER_ESTATE). Internal sessions
- * (the compactor's) are not counted against EMBER_MAX_SESSIONS nor as open.
+ * until ember_close frees them all; closing one releases its resources, folds its
+ * counters into db->gone_st and marks it closed, so a stale handle is detected
+ * (EMBER_ESTATE). A closed user session joins the db->closed FIFO; once
+ * SESSIONS_KEPT_CLOSED wait there, session_create reuses the oldest instead of
+ * allocating, so memory stays bounded however many sessions are opened and closed.
+ * Internal sessions (the compactor's) are not counted against EMBER_MAX_SESSIONS
+ * nor as open, and never reused.
  */
 #include "store/store_int.h"
 
@@ -45,17 +49,68 @@ static void session_release(struct ember_session *s)
 	s->slot = -1;
 }
 
+/* Add a session's counters to the db's (under sess_mu; its thread is done with it)
+ * and zero them, so ember_stats counts them once whatever becomes of the handle. */
+static void stats_fold(struct sess_stats *to, struct sess_stats *from)
+{
+	_Atomic uint64_t *pairs[][2] = {
+		{ &to->reads[0], &from->reads[0] }, { &to->reads[1], &from->reads[1] },
+		{ &to->reads[2], &from->reads[2] }, { &to->reads[3], &from->reads[3] },
+		{ &to->reads[4], &from->reads[4] }, { &to->ios, &from->ios },
+		{ &to->io_bytes, &from->io_bytes }, { &to->user_reads, &from->user_reads },
+		{ &to->user_bytes, &from->user_bytes }, { &to->user_records, &from->user_records },
+		{ &to->ci_hits, &from->ci_hits },
+	};
+	_Static_assert(sizeof(struct sess_stats) == sizeof(pairs) / sizeof(pairs[0]) * sizeof(uint64_t),
+		       "stats_fold must name every counter of struct sess_stats");
+	for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++) {
+		/* relaxed: statistics, and both sides are read under sess_mu */
+		stat_add(pairs[i][0], atomic_load_explicit(pairs[i][1], memory_order_relaxed));
+		atomic_store_explicit(pairs[i][1], 0, memory_order_relaxed);
+	}
+}
+
+/* Queue a closed user session for reuse (under sess_mu). */
+static void closed_put(struct ember_db *db, struct ember_session *s)
+{
+	stats_fold(&db->gone_st, &s->st);
+	/* relaxed: statistics; the closed session's thread is done with it */
+	db->gone_comp_ios += atomic_load_explicit(&s->comp_st.ios, memory_order_relaxed);
+	db->gone_comp_bytes += atomic_load_explicit(&s->comp_st.io_bytes, memory_order_relaxed);
+	atomic_store_explicit(&s->comp_st.ios, 0, memory_order_relaxed);
+	atomic_store_explicit(&s->comp_st.io_bytes, 0, memory_order_relaxed);
+	s->next_closed = NULL;
+	if (db->closed_tail)
+		db->closed_tail->next_closed = s;
+	else
+		db->closed_head = s;
+	db->closed_tail = s;
+	db->closed_n++;
+}
+
+/* The oldest closed user session, taken off the FIFO for reuse, once
+ * SESSIONS_KEPT_CLOSED wait there; else NULL (under sess_mu). */
+static struct ember_session *closed_take(struct ember_db *db)
+{
+	if (db->closed_n < SESSIONS_KEPT_CLOSED)
+		return NULL;
+	struct ember_session *s = db->closed_head;
+	db->closed_head = s->next_closed;
+	if (!db->closed_head)
+		db->closed_tail = NULL;
+	db->closed_n--;
+	return s;
+}
+
 int session_create(ember_db *db, int internal, ember_session **out)
 {
 	int rc;
 	*out = NULL;
+	/* allocated before sess_mu is taken, so no allocation waits inside it; freed
+	 * again below when a closed handle is reused instead */
 	struct ember_session *s = em_zalloc(sizeof(*s));
 	if (!s)
 		return EMBER_ENOMEM;
-	s->db = db;
-	s->slot = -1;
-	s->internal = internal;
-	s->cur = internal ? &s->comp_st : &s->st;
 	pthread_mutex_lock(&db->sess_mu);
 	if (!internal && db->open_sessions >= EMBER_MAX_SESSIONS) {
 		pthread_mutex_unlock(&db->sess_mu);
@@ -64,8 +119,23 @@ int session_create(ember_db *db, int internal, ember_session **out)
 	}
 	if (!internal)
 		db->open_sessions++;
-	s->next_all = db->sessions;
-	db->sessions = s;
+	struct ember_session *old = internal ? NULL : closed_take(db);
+	if (old) {
+		/* a closed handle, released and with its counters folded: start it afresh
+		 * where it is listed (its next_all link stays) */
+		struct ember_session *next_all = old->next_all;
+		memset(old, 0, sizeof(*old));
+		old->next_all = next_all;
+		em_free(s, sizeof(*s));
+		s = old;
+	} else {
+		s->next_all = db->sessions;
+		db->sessions = s;
+	}
+	s->db = db;
+	s->slot = -1;
+	s->internal = internal;
+	s->cur = internal ? &s->comp_st : &s->st;
 	pthread_mutex_unlock(&db->sess_mu);
 
 	s->slot = epoch_register(db->ep);
@@ -98,13 +168,8 @@ int session_create(ember_db *db, int internal, ember_session **out)
 	return 0;
 
 undo:
-	session_release(s);
-	s->magic = SESSION_MAGIC; /* stays listed (closed) until ember_close frees it */
-	if (!internal) {
-		pthread_mutex_lock(&db->sess_mu);
-		db->open_sessions--;
-		pthread_mutex_unlock(&db->sess_mu);
-	}
+	s->magic = SESSION_MAGIC; /* stays listed (closed) until reused or ember_close */
+	session_destroy(s);
 	return rc;
 }
 
@@ -116,6 +181,7 @@ void session_destroy(ember_session *s)
 	if (!s->internal) {
 		pthread_mutex_lock(&db->sess_mu);
 		db->open_sessions--;
+		closed_put(db, s);
 		pthread_mutex_unlock(&db->sess_mu);
 	}
 }

@@ -9,7 +9,10 @@
 #include "store/compact.h"
 #include "store/store_int.h"
 
+#include <stddef.h>
 #include <string.h>
+
+#include "core/abi.h"
 
 static uint64_t ld(_Atomic uint64_t *v)
 {
@@ -27,10 +30,8 @@ static void tier_fill(ember_tier_stats *t, struct hlog *l)
 		t->bytes_memory = l->mem_size;
 }
 
-int ember_stats_get(ember_db *db, ember_stats *out)
+static void stats_fill(ember_db *db, ember_stats *out)
 {
-	if (!db || db->magic != DB_MAGIC || !out)
-		return EMBER_EINVAL;
 	memset(out, 0, sizeof(*out));
 	tier_fill(&out->hot, db->hot);
 	tier_fill(&out->cold, db->cold);
@@ -39,6 +40,15 @@ int ember_stats_get(ember_db *db, ember_stats *out)
 	pthread_mutex_lock(&db->sess_mu);
 	out->compaction_disk_reads = db->gone_comp_ios;
 	out->compaction_bytes_read = db->gone_comp_bytes;
+	struct sess_stats *g = &db->gone_st; /* sessions closed */
+	for (int i = 0; i < 5; i++)
+		reads[i] += ld(&g->reads[i]);
+	out->disk_reads += ld(&g->ios);
+	out->disk_bytes_read += ld(&g->io_bytes);
+	out->user_reads += ld(&g->user_reads);
+	out->user_writes += ld(&g->user_records);
+	out->user_bytes_written += ld(&g->user_bytes);
+	out->cold_cache_hits += ld(&g->ci_hits);
 	for (struct ember_session *s = db->sessions; s; s = s->next_all) {
 		/* compaction's I/O (internal sessions, writers' assists) is not a user's */
 		out->compaction_disk_reads += ld(&s->comp_st.ios);
@@ -66,8 +76,10 @@ int ember_stats_get(ember_db *db, ember_stats *out)
 	uint64_t moved_in = ld(&c->st.records_moved[COMPACT_HOT]) + ld(&c->st.records_moved[COMPACT_COLD]);
 	uint64_t hot_out = ld(&c->st.records_scanned[COMPACT_HOT]);
 	uint64_t cold_out = ld(&c->st.records_scanned[COMPACT_COLD]);
-	out->hot.records = out->user_writes > hot_out ? out->user_writes - hot_out : 0;
-	out->cold.records = moved_in > cold_out ? moved_in - cold_out : 0;
+	uint64_t hot_in = db->base_records[0] + out->user_writes;
+	uint64_t cold_in = db->base_records[1] + moved_in;
+	out->hot.records = hot_in > hot_out ? hot_in - hot_out : 0;
+	out->cold.records = cold_in > cold_out ? cold_in - cold_out : 0;
 	out->index_bytes = db->index.table_bytes + hi_overflow_buckets(&db->index) * 64;
 	out->cold_cache_bytes = db->cidx.cache_bytes;
 	out->cold_index_bytes = db->cidx.table_bytes + db->chunks->mem_size + db->cidx.cache_bytes;
@@ -84,5 +96,31 @@ int ember_stats_get(ember_db *db, ember_stats *out)
 		out->read_amplification = (double)out->disk_bytes_read / (double)out->user_reads;
 	if (out->cold.records)
 		out->cold_index_bytes_per_key = (double)out->cold_index_bytes / (double)out->cold.records;
+}
+
+/* The size of ember_stats in its first release: what the plain ember_stats_get
+ * symbol (dlsym) fills. Fields added later are appended, and this stays. */
+#define STATS_SIZE_BASE (offsetof(ember_stats, cold_index_bytes_per_key) + sizeof(double))
+
+int ember_stats_get_sized(ember_db *db, ember_stats *out, size_t size)
+{
+	if (!db || db->magic != DB_MAGIC || !out || !size)
+		return EMBER_EINVAL;
+	ember_stats st;
+	stats_fill(db, &st);
+	abi_struct_out(out, size, &st, sizeof(st));
 	return 0;
+}
+
+int(ember_stats_get)(ember_db *db, ember_stats *out)
+{
+	return ember_stats_get_sized(db, out, STATS_SIZE_BASE);
+}
+
+void stats_tier_records(ember_db *db, uint64_t *hot, uint64_t *cold)
+{
+	ember_stats st;
+	stats_fill(db, &st);
+	*hot = st.hot.records;
+	*cold = st.cold.records;
 }

@@ -5,8 +5,12 @@
  * Object lifetimes
  *  - ember_db owns the epoch table, the hash index, the hot log and its file.
  *  - A session is allocated by ember_session_open and freed only by ember_close;
- *    ember_session_close releases its ring and buffers and marks it closed, so a
- *    stale handle is detected (EMBER_ESTATE) instead of touching freed memory.
+ *    ember_session_close releases its ring and buffers, folds its counters into
+ *    the db's and marks it closed, so a stale handle is detected (EMBER_ESTATE)
+ *    instead of touching freed memory. Closed handles wait in a FIFO; once
+ *    SESSIONS_KEPT_CLOSED of them wait, ember_session_open reuses the oldest, so a
+ *    program that opens and closes sessions holds at most EMBER_MAX_SESSIONS +
+ *    SESSIONS_KEPT_CLOSED handles.
  */
 #ifndef EMBER_STORE_INT_H
 #define EMBER_STORE_INT_H
@@ -25,6 +29,9 @@
 
 #define SESSION_MAGIC 0x454d5353u /* "EMSS" */
 #define DB_MAGIC 0x454d4442u      /* "EMDB" */
+/* Closed session handles kept (still answering EMBER_ESTATE) before the oldest is
+ * reused by ember_session_open. */
+#define SESSIONS_KEPT_CLOSED EMBER_MAX_SESSIONS
 #define IO_BUF_SIZE 8192u         /* a disk read of a small record fits here */
 #define FIRST_READ_MIN 512u       /* bytes of a record asked for by the first read */
 
@@ -137,6 +144,7 @@ struct ember_session {
 	struct sess_stats *cur;    /* where lookups count: st, or comp_st during a pass */
 	int internal; /* the compactor's own session: not counted as open */
 	struct ember_session *next_all;
+	struct ember_session *next_closed; /* db->closed FIFO, under sess_mu */
 };
 
 /*
@@ -201,7 +209,15 @@ struct ember_db {
 	uint64_t chunk_budget;
 	struct compactor *comp;
 	pthread_mutex_t sess_mu;
-	struct ember_session *sessions; /* every session ever opened */
+	struct ember_session *sessions; /* every session allocated: open, or closed */
+	/* under sess_mu: closed user sessions, oldest first, for reuse (session.c) */
+	struct ember_session *closed_head, *closed_tail;
+	uint32_t closed_n;
+	/* records of the hot and cold tiers when the store was opened (from the
+	 * checkpoint recovered; ember_stats adds this open's appends and compactions) */
+	uint64_t base_records[2];
+	/* under sess_mu: the counters of user sessions already closed */
+	struct sess_stats gone_st;
 	/* under sess_mu: compaction reads of internal sessions already freed
 	 * (ember_compact's, a checkpoint's), so ember_stats keeps counting them */
 	uint64_t gone_comp_ios, gone_comp_bytes;
@@ -401,6 +417,9 @@ int cold_chunk_cas(ember_session *s, uint64_t hash, uint64_t expected, uint64_t 
  * on races). Otherwise only if the chain's entry still equals expected: returns 1,
  * nothing linked, when it changed. Caller protected. Returns 0, 1, or an error. */
 int cold_insert(ember_session *s, uint64_t hash, struct record *src, uint64_t expected);
+
+/* The hot and cold tiers' record counts, as ember_stats_get reports them. */
+void stats_tier_records(ember_db *db, uint64_t *hot, uint64_t *cold);
 
 /* Create a session (internal: the library's own, not counted as open). */
 int session_create(ember_db *db, int internal, ember_session **out);

@@ -1,6 +1,6 @@
 /*
  * test_fault.c - every injected fault surfaces as an error code and leaves the
- * store usable or cleanly closed (issue 4; sites in src/core/fault.h).
+ * store usable or cleanly closed (sites in src/core/fault.h, docs/faults.md).
  *
  *   test_fault SITE [points]     SITE: io_read, io_write, io_fsync, io_punch,
  *                                io_submit, ring_init, file_open, alloc

@@ -78,7 +78,7 @@ static unsigned big_gen(void) { return last_gen; }
  * immutable up to its tail, so every rewrite is a new record: without it, a
  * rewrite whose previous version the log worker had not yet turned read-only (a
  * loaded machine) updated it in place, the log came out one or more records
- * shorter, and the passes and segments below landed elsewhere (CI, session 11).
+ * shorter, and the passes and segments below landed elsewhere.
  * It also leaves everything written on disk, so the segment files the checks
  * look for exist. */
 static void write_gens(ember_db *db, ember_session *s, unsigned g0, unsigned g1)

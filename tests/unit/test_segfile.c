@@ -420,9 +420,9 @@ static uint64_t fsyncs(struct em_ring *r, struct em_file *f, uint64_t from)
 	return em_fault_hits(EM_FAULT_IO_FSYNC);
 }
 
-/* Which segments an fsync covers: from the one holding `from` up, every time. Before
- * session 11 a call started at the newest segment of the call before it, so a write
- * to an older segment still in flight during that call was never fsynced. */
+/* Which segments an fsync covers: from the one holding `from` up, every time. A call
+ * that started at the newest segment of the call before it would never fsync a write
+ * to an older segment still in flight during that call. */
 static void fsync_coverage(const char *path)
 {
 	struct em_file f;

@@ -17,6 +17,11 @@
  *
  *   begin <= head <= safe_read_only <= read_only <= tail   (head, read_only and
  *   safe_read_only start at 0, below begin = EM_LOG_START; harmless)
+ *   with one exception for begin: a compaction pass scans up to a point at or
+ *   below head and ends at the first record boundary at or past it
+ *   (compact_pass), so begin may stop inside or just past the record that
+ *   straddled head, above head; [head, begin) is then dead memory that no read
+ *   reaches (reads below begin are refused), and begin <= tail always.
  *   [begin, head)       on disk only; reads go to the file
  *   [head, safe_ro)     in memory, immutable; flushed (or being flushed) to disk
  *   [safe_ro, ro)       in memory, "fuzzy": threads that entered their epoch before

@@ -967,103 +967,134 @@ static uint64_t part_examples(const ember_graph_buffer *b, uint32_t part)
 	return graph_part_rows(&b->g->meta, part);
 }
 
-int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *plan)
+/* A plan being checked and sized by ember_graph_buffer_set_plan: its own copies of
+ * the caller's arrays, and what they need. */
+struct plan_build {
+	uint32_t ns;       /* states */
+	size_t words;      /* words of one state's membership bitmap */
+	uint64_t *member;  /* ns bitmaps of p bits: partition x is in state k */
+	uint32_t *states;  /* ns x c partitions */
+	uint32_t *bstate;  /* p x p: the state that trains each bucket */
+	uint32_t *first;   /* p: the first state holding each partition */
+	uint64_t *ex_count, *ex_bytes; /* ns: examples and bytes of each state's buckets */
+	uint64_t max_ex, max_nodes, max_union;
+};
+
+static void plan_build_free(struct plan_build *pb)
 {
-	if (!b || !plan || !plan->states || !plan->bucket_state || plan->num_states == 0 ||
-	    plan->partitions != b->p || plan->capacity != b->c)
-		return EMBER_EINVAL;
+	em_free(pb->member, 0);
+	em_free(pb->states, 0);
+	em_free(pb->bstate, 0);
+	em_free(pb->first, 0);
+	em_free(pb->ex_count, 0);
+	em_free(pb->ex_bytes, 0);
+}
+
+/* Copy the plan and check it: each state c distinct partitions, each bucket's
+ * state holding both of its partitions. Tallies each state's examples and bytes.
+ * Returns 0, EMBER_ENOMEM or EMBER_EINVAL (pb freed by the caller either way). */
+static int plan_copy_check(struct ember_graph_buffer *b, const ember_graph_plan *plan,
+			   struct plan_build *pb)
+{
 	uint32_t p = b->p, c = b->c, ns = plan->num_states;
 	uint64_t pp = (uint64_t)p * p;
 	size_t words = (p + 63) / 64;
-	int rc = 0;
-	pthread_mutex_lock(&b->mu);
-	if (b->have_plan) {
-		pthread_mutex_unlock(&b->mu);
-		return EMBER_ESTATE;
-	}
-	pthread_mutex_unlock(&b->mu);
-	/* only the trainer thread calls set_plan and next_state, so the plan fields may
-	 * be built outside the lock; of the background threads only the updater reads
-	 * them (prep_collect, under mu, while prep_want names a state), and no state is
-	 * wanted between epochs */
-	uint64_t *member = em_zalloc((size_t)ns * words * 8);
-	uint32_t *states = em_alloc((size_t)ns * c * 4);
-	uint32_t *bstate = em_alloc(pp * 4);
-	uint32_t *first = em_alloc((size_t)p * 4);
-	uint64_t *ex_count = em_zalloc((size_t)ns * 8), *ex_bytes = em_zalloc((size_t)ns * 8);
-	if (!member || !states || !bstate || !first || !ex_count || !ex_bytes) {
-		rc = EMBER_ENOMEM;
-		goto undo_mem;
-	}
-	memcpy(states, plan->states, (size_t)ns * c * 4);
-	memcpy(bstate, plan->bucket_state, pp * 4);
+	pb->ns = ns;
+	pb->words = words;
+	pb->member = em_zalloc((size_t)ns * words * 8);
+	pb->states = em_alloc((size_t)ns * c * 4);
+	pb->bstate = em_alloc(pp * 4);
+	pb->first = em_alloc((size_t)p * 4);
+	pb->ex_count = em_zalloc((size_t)ns * 8);
+	pb->ex_bytes = em_zalloc((size_t)ns * 8);
+	if (!pb->member || !pb->states || !pb->bstate || !pb->first || !pb->ex_count ||
+	    !pb->ex_bytes)
+		return EMBER_ENOMEM;
+	memcpy(pb->states, plan->states, (size_t)ns * c * 4);
+	memcpy(pb->bstate, plan->bucket_state, pp * 4);
 	for (uint32_t i = 0; i < p; i++)
-		first[i] = GRAPH_NONE;
+		pb->first[i] = GRAPH_NONE;
 	for (uint32_t k = 0; k < ns; k++) {
-		uint64_t *mk = member + (size_t)k * words;
+		uint64_t *mk = pb->member + (size_t)k * words;
 		for (uint32_t i = 0; i < c; i++) {
-			uint32_t x = states[(size_t)k * c + i];
-			if (x >= p || (mk[x / 64] >> (x % 64) & 1)) {
-				rc = EMBER_EINVAL;
-				goto undo_mem;
-			}
+			uint32_t x = pb->states[(size_t)k * c + i];
+			if (x >= p || (mk[x / 64] >> (x % 64) & 1))
+				return EMBER_EINVAL;
 			mk[x / 64] |= 1ull << (x % 64);
-			if (first[x] == GRAPH_NONE)
-				first[x] = k;
+			if (pb->first[x] == GRAPH_NONE)
+				pb->first[x] = k;
 		}
 	}
 	for (uint64_t bk = 0; bk < pp; bk++) {
-		uint32_t k = bstate[bk], i = (uint32_t)(bk / p), j = (uint32_t)(bk % p);
+		uint32_t k = pb->bstate[bk], i = (uint32_t)(bk / p), j = (uint32_t)(bk % p);
 		if (k == EMBER_GRAPH_NO_STATE)
 			continue;
-		const uint64_t *mk = member + (size_t)k * words;
-		if (k >= ns || !(mk[i / 64] >> (i % 64) & 1) || !(mk[j / 64] >> (j % 64) & 1)) {
-			rc = EMBER_EINVAL;
-			goto undo_mem;
-		}
-		ex_count[k] += b->g->counts[bk];
-		ex_bytes[k] += bucket_bytes(b, bk);
+		const uint64_t *mk = pb->member + (size_t)k * words;
+		if (k >= ns || !(mk[i / 64] >> (i % 64) & 1) || !(mk[j / 64] >> (j % 64) & 1))
+			return EMBER_EINVAL;
+		pb->ex_count[k] += b->g->counts[bk];
+		pb->ex_bytes[k] += bucket_bytes(b, bk);
 	}
-	/* memory: the largest two-neighbour union of held buckets, plus the example
-	 * arrays sized for the largest state */
-	uint64_t max_ex = 0, max_nodes = 0, max_union = 0;
-	for (uint32_t k = 0; k < ns; k++) {
+	return 0;
+}
+
+/* The bytes of the buckets held while state k trains: with all_edges, every
+ * bucket among its partitions and those the next state adds; else the two states'
+ * own buckets. */
+static uint64_t plan_union(struct ember_graph_buffer *b, const struct plan_build *pb, uint32_t k)
+{
+	uint32_t p = b->p, c = b->c, ns = pb->ns;
+	size_t words = pb->words;
+	if (!b->all_edges)
+		return pb->ex_bytes[k] + (k + 1 < ns ? pb->ex_bytes[k + 1] : 0);
+	const uint32_t *s = pb->states + (size_t)k * c;
+	const uint64_t *mn = k + 1 < ns ? pb->member + (size_t)(k + 1) * words : NULL;
+	uint64_t u = 0;
+	for (uint32_t a = 0; a < c; a++)
+		for (uint32_t d = 0; d < c; d++)
+			u += bucket_bytes(b, s[a] * p + s[d]);
+	if (mn) {
+		const uint32_t *t = pb->states + (size_t)(k + 1) * c;
+		const uint64_t *mk = pb->member + (size_t)k * words;
+		for (uint32_t a = 0; a < c; a++)
+			for (uint32_t d = 0; d < c; d++) {
+				uint32_t x = t[a], y = t[d];
+				bool both_old = (mk[x / 64] >> (x % 64) & 1) &&
+						(mk[y / 64] >> (y % 64) & 1);
+				if (!both_old)
+					u += bucket_bytes(b, x * p + y);
+			}
+	}
+	return u;
+}
+
+/* memory: the largest two-neighbour union of held buckets, plus the example
+ * arrays sized for the largest state */
+static void plan_sizes(struct ember_graph_buffer *b, struct plan_build *pb)
+{
+	uint32_t c = b->c;
+	for (uint32_t k = 0; k < pb->ns; k++) {
 		uint64_t nodes = 0;
 		for (uint32_t i = 0; i < c; i++)
-			if (first[states[(size_t)k * c + i]] == k)
-				nodes += part_examples(b, states[(size_t)k * c + i]);
-		if (nodes > max_nodes)
-			max_nodes = nodes;
-		if (ex_count[k] > max_ex)
-			max_ex = ex_count[k];
-		uint64_t u;
-		if (!b->all_edges) {
-			u = ex_bytes[k] + (k + 1 < ns ? ex_bytes[k + 1] : 0);
-		} else {
-			const uint32_t *s = states + (size_t)k * c;
-			const uint64_t *mn = k + 1 < ns ? member + (size_t)(k + 1) * words : NULL;
-			u = 0;
-			for (uint32_t a = 0; a < c; a++)
-				for (uint32_t d = 0; d < c; d++)
-					u += bucket_bytes(b, s[a] * p + s[d]);
-			if (mn) {
-				const uint32_t *t = states + (size_t)(k + 1) * c;
-				const uint64_t *mk = member + (size_t)k * words;
-				for (uint32_t a = 0; a < c; a++)
-					for (uint32_t d = 0; d < c; d++) {
-						uint32_t x = t[a], y = t[d];
-						bool both_old = (mk[x / 64] >> (x % 64) & 1) &&
-								(mk[y / 64] >> (y % 64) & 1);
-						if (!both_old)
-							u += bucket_bytes(b, x * p + y);
-					}
-			}
-		}
-		if (u > max_union)
-			max_union = u;
+			if (pb->first[pb->states[(size_t)k * c + i]] == k)
+				nodes += part_examples(b, pb->states[(size_t)k * c + i]);
+		if (nodes > pb->max_nodes)
+			pb->max_nodes = nodes;
+		if (pb->ex_count[k] > pb->max_ex)
+			pb->max_ex = pb->ex_count[k];
+		uint64_t u = plan_union(b, pb, k);
+		if (u > pb->max_union)
+			pb->max_union = u;
 	}
+}
+
+/* Does the plan fit the budget? Sets *ahead (states whose buckets are read ahead)
+ * and *need (the plan's memory). Returns 0 or EMBER_ENOSPC. */
+static int plan_fit(struct ember_graph_buffer *b, struct plan_build *pb, uint32_t *ahead,
+		    uint64_t *need)
+{
 	/* the example arrays: the current state's and the next one's, and the nodes */
-	uint64_t ex_mem = 2 * max_ex * sizeof(struct graph_example) + 8 * max_nodes;
+	uint64_t ex_mem = 2 * pb->max_ex * sizeof(struct graph_example) + 8 * pb->max_nodes;
 	/* besides buckets and examples, the budget holds the slots, the training nodes
 	 * (load_train) and update_async's row pointers (upd_cap; update.c keeps their
 	 * growth within the budget) */
@@ -1077,31 +1108,37 @@ int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *p
 		if (b->ents[i].bucket != GRAPH_NONE)
 			held += b->ents[i].bytes;
 	pthread_mutex_unlock(&b->mu);
-	if (b->budget && fixed + (held > max_union ? held : max_union) + ex_mem > b->budget) {
-		rc = EMBER_ENOSPC;
-		goto undo_mem;
-	}
+	if (b->budget &&
+	    fixed + (held > pb->max_union ? held : pb->max_union) + ex_mem > b->budget)
+		return EMBER_ENOSPC;
 	/* buckets further ahead (training mode, where a bucket belongs to one state):
 	 * the states of the horizon, when the largest window of that many states'
 	 * buckets fits the budget too; else the next state's only */
-	uint32_t ahead = 1, horizon_n = b->nslots - c;
+	uint32_t horizon_n = b->nslots - b->c;
+	*ahead = 1;
 	if (!b->all_edges && horizon_n > 1) {
 		uint64_t max_win = 0;
-		for (uint32_t k = 0; k < ns; k++) {
+		for (uint32_t k = 0; k < pb->ns; k++) {
 			uint64_t w = 0;
-			for (uint32_t j = k; j <= k + horizon_n && j < ns; j++)
-				w += ex_bytes[j];
+			for (uint32_t j = k; j <= k + horizon_n && j < pb->ns; j++)
+				w += pb->ex_bytes[j];
 			if (w > max_win)
 				max_win = w;
 		}
 		if (!b->budget || fixed + max_win + ex_mem <= b->budget) {
-			ahead = horizon_n;
-			max_union = max_win;
+			*ahead = horizon_n;
+			pb->max_union = max_win;
 		}
 	}
-	uint64_t need = plan_fixed + max_union + ex_mem;
-	/* the example and node arrays are sized to this plan, smaller ones too: the
-	 * budget check above counts this plan's, not the largest a plan ever had */
+	*need = plan_fixed + pb->max_union + ex_mem;
+	return 0;
+}
+
+/* The example and node arrays sized to this plan, smaller ones too: the budget
+ * check counts this plan's, not the largest a plan ever had. Returns 0 or
+ * EMBER_ENOMEM (the old arrays kept). */
+static int plan_arrays(struct ember_graph_buffer *b, uint64_t max_ex, uint64_t max_nodes)
+{
 	if (max_ex != b->ex_cap) {
 		/* no examples are being built ahead: the last state asked for none */
 		struct graph_example *ex = max_ex ? em_alloc(max_ex * sizeof(*ex)) : NULL,
@@ -1109,8 +1146,7 @@ int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *p
 		if (max_ex && (!ex || !ex2)) {
 			em_free(ex, 0);
 			em_free(ex2, 0);
-			rc = EMBER_ENOMEM;
-			goto undo_mem;
+			return EMBER_ENOMEM;
 		}
 		em_free(b->examples, 0);
 		em_free(b->ex_next, 0);
@@ -1124,10 +1160,8 @@ int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *p
 	}
 	if (max_nodes != b->nodes_cap) {
 		uint64_t *nx = max_nodes ? em_alloc(max_nodes * 8) : NULL;
-		if (max_nodes && !nx) {
-			rc = EMBER_ENOMEM;
-			goto undo_mem;
-		}
+		if (max_nodes && !nx)
+			return EMBER_ENOMEM;
 		em_free(b->nodes_ex, 0);
 		pthread_mutex_lock(&b->mu);
 		graph_mem_add(b, ((int64_t)max_nodes - (int64_t)b->nodes_cap) * 8);
@@ -1136,16 +1170,47 @@ int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *p
 		b->nodes_cap = max_nodes;
 		b->nnodes_ex = b->nodes_pos = 0;
 	}
+	return 0;
+}
+
+int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *plan)
+{
+	if (!b || !plan || !plan->states || !plan->bucket_state || plan->num_states == 0 ||
+	    plan->partitions != b->p || plan->capacity != b->c)
+		return EMBER_EINVAL;
+	uint32_t p = b->p, c = b->c;
+	pthread_mutex_lock(&b->mu);
+	if (b->have_plan) {
+		pthread_mutex_unlock(&b->mu);
+		return EMBER_ESTATE;
+	}
+	pthread_mutex_unlock(&b->mu);
+	/* only the trainer thread calls set_plan and next_state, so the plan fields may
+	 * be built outside the lock; of the background threads only the updater reads
+	 * them (prep_collect, under mu, while prep_want names a state), and no state is
+	 * wanted between epochs */
+	struct plan_build pb = {0};
+	uint32_t ahead = 1;
+	uint64_t need = 0;
+	int rc = plan_copy_check(b, plan, &pb);
+	if (rc < 0)
+		goto undo_mem;
+	plan_sizes(b, &pb);
+	rc = plan_fit(b, &pb, &ahead, &need);
+	if (rc == 0)
+		rc = plan_arrays(b, pb.max_ex, pb.max_nodes);
+	if (rc < 0)
+		goto undo_mem;
 	pthread_mutex_lock(&b->mu);
 	em_free(b->states, 0);
 	em_free(b->bucket_state, 0);
 	em_free(b->first_state, 0);
-	b->states = states;
-	b->bucket_state = bstate;
-	b->first_state = first;
-	states = NULL;
-	bstate = first = NULL;
-	b->nstates = ns;
+	b->states = pb.states;
+	b->bucket_state = pb.bstate;
+	b->first_state = pb.first;
+	pb.states = NULL;
+	pb.bstate = pb.first = NULL;
+	b->nstates = pb.ns;
 	b->bucket_ahead = ahead;
 	b->plan_need = need;
 	b->cur = -1;
@@ -1153,8 +1218,8 @@ int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *p
 	rc = b->error;
 	/* state 0's buckets are read now only if they fit beside what the last plan
 	 * still holds (its last state's buckets, freed by next_state(0)); else
-	 * next_state(0) reads them once it has freed those (review: an epoch after
-	 * the first went 13% over the budget here) */
+	 * next_state(0) reads them once it has freed those (an epoch after the first
+	 * went over the budget when they were read at once) */
 	uint64_t add = 0;
 	for (uint32_t i = 0; i < c; i++)
 		for (uint32_t j = 0; j < c; j++) {
@@ -1168,12 +1233,7 @@ int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *p
 		rc = EMBER_ENOSPC;
 	pthread_mutex_unlock(&b->mu);
 undo_mem:
-	em_free(member, 0);
-	em_free(states, 0);
-	em_free(bstate, 0);
-	em_free(first, 0);
-	em_free(ex_count, 0);
-	em_free(ex_bytes, 0);
+	plan_build_free(&pb);
 	return rc;
 }
 

@@ -175,192 +175,232 @@ static int bucket_views(ember_graph_buffer *b, struct bucket_ent *e)
 	return 0;
 }
 
+/* The reader thread's batch: the loads it takes at once, and the arrays of their
+ * ember_get_batch call (grown, never shrunk; the reader's own). */
+struct rd_batch {
+	struct rd_item *items;
+	size_t items_cap, keys_cap;
+	size_t ni, nk; /* loads and keys of the batch taken */
+	uint8_t *keybuf;
+	const void **keys;
+	size_t *klens, *caps, *vlens;
+	void **bufs;
+	int *status;
+};
+
+/* Room for ni loads and nk keys (under the lock: a short allocation). 0 or
+ * EMBER_ENOMEM (the arrays kept). */
+static int rd_grow(struct rd_batch *rb, size_t ni, size_t nk)
+{
+	if (ni <= rb->items_cap && nk <= rb->keys_cap)
+		return 0;
+	size_t icap = ni * 2, kcap = nk * 2 + 16;
+	struct rd_item *it = em_alloc(icap * sizeof(*it));
+	uint8_t *kb = em_alloc(kcap * GRAPH_KEY_MAX);
+	void *arr = em_alloc(kcap * (2 * sizeof(void *) + 3 * sizeof(size_t) + sizeof(int)));
+	if (!it || !kb || !arr) {
+		em_free(it, 0);
+		em_free(kb, 0);
+		em_free(arr, 0);
+		return EMBER_ENOMEM;
+	}
+	em_free(rb->items, 0);
+	em_free(rb->keybuf, 0);
+	em_free(rb->keys, 0);
+	rb->items = it;
+	rb->keybuf = kb;
+	rb->keys = arr;
+	rb->bufs = (void **)(rb->keys + kcap);
+	rb->klens = (size_t *)(rb->bufs + kcap);
+	rb->caps = rb->klens + kcap;
+	rb->vlens = rb->caps + kcap;
+	rb->status = (int *)(rb->vlens + kcap);
+	rb->items_cap = icap;
+	rb->keys_cap = kcap;
+	return 0;
+}
+
+/* Take every queued load whose slot is not being written (under b->mu): a first
+ * pass counts them and grows the arrays, the second takes them. rb->ni = 0: none.
+ * Returns 0 or EMBER_ENOMEM. */
+static int rd_take(ember_graph_buffer *b, struct rd_batch *rb)
+{
+	const struct graph_meta *m = &b->g->meta;
+	size_t ni = 0, nk = 0;
+	rb->ni = rb->nk = 0;
+	for (int pass = 0; pass < 2; pass++) {
+		ni = nk = 0;
+		for (uint32_t i = 0; i < b->nslots; i++) {
+			struct slot *sl = &b->slots[i];
+			if (!sl->load_queued || sl->writing ||
+			    (sl->need_read && part_writing(b, sl->part)))
+				continue;
+			uint32_t n = sl->need_read ? graph_chunks(graph_part_rows(m, sl->part),
+								  m->rows_per_chunk)
+						   : 0;
+			if (pass) {
+				rb->items[ni] = (struct rd_item){0, i, (uint32_t)nk, n};
+				sl->load_queued = false;
+			}
+			nk += n;
+			ni++;
+		}
+		for (uint32_t i = 0; i < b->nents; i++) {
+			struct bucket_ent *e = &b->ents[i];
+			if (!e->load_queued)
+				continue;
+			uint32_t n = graph_chunks(e->count, m->edges_per_chunk);
+			if (pass) {
+				rb->items[ni] = (struct rd_item){1, i, (uint32_t)nk, n};
+				e->load_queued = false;
+			}
+			nk += n;
+			ni++;
+		}
+		if (pass == 0) {
+			if (ni == 0)
+				return 0;
+			int rc = rd_grow(rb, ni, nk);
+			if (rc < 0)
+				return rc;
+		}
+	}
+	rb->ni = ni;
+	rb->nk = nk;
+	return 0;
+}
+
+/* Allocate bucket memory and build the keys, under the lock (the entries' buckets
+ * and the slots' partitions cannot change meanwhile anyway: they are LOADING).
+ * Returns 0 or EMBER_ENOMEM. */
+static int rd_build_keys(ember_graph_buffer *b, struct rd_batch *rb)
+{
+	ember_graph *g = b->g;
+	const struct graph_meta *m = &g->meta;
+	for (size_t t = 0; t < rb->ni; t++) {
+		struct rd_item *it = &rb->items[t];
+		uint32_t a, bb, kind, per;
+		uint8_t *dst;
+		uint64_t bytes;
+		if (it->is_bucket) {
+			struct bucket_ent *e = &b->ents[it->idx];
+			e->edges = em_alloc(e->count * GRAPH_EDGE_BYTES);
+			if (!e->edges)
+				return EMBER_ENOMEM;
+			kind = GK_EDGES;
+			a = e->bucket / b->p;
+			bb = e->bucket % b->p;
+			dst = (uint8_t *)e->edges;
+			bytes = e->count * GRAPH_EDGE_BYTES;
+			per = m->edges_per_chunk * GRAPH_EDGE_BYTES;
+		} else {
+			struct slot *sl = &b->slots[it->idx];
+			kind = GK_NODES;
+			a = sl->part;
+			bb = 0;
+			dst = (uint8_t *)sl->data;
+			bytes = graph_part_rows(m, sl->part) * b->dim * 4;
+			per = m->rows_per_chunk * b->dim * 4;
+		}
+		for (uint32_t c = 0; c < it->nkeys; c++) {
+			uint32_t k = it->first_key + c;
+			uint8_t *kp = rb->keybuf + (size_t)k * GRAPH_KEY_MAX;
+			rb->klens[k] = graph_key(kp, g->name, g->name_len, (int)kind, a, bb, c);
+			rb->keys[k] = kp;
+			rb->bufs[k] = dst + (uint64_t)c * per;
+			uint64_t left = bytes - (uint64_t)c * per;
+			rb->caps[k] = left < per ? left : per;
+		}
+	}
+	return 0;
+}
+
+/* Read the batch (without the lock): every chunk must be there, whole. Builds the
+ * views of the buckets read (all_edges). Returns 0 or an error. */
+static int rd_read(ember_graph_buffer *b, ember_session *s, struct rd_batch *rb)
+{
+	size_t nk = rb->nk;
+	int rc = nk ? ember_get_batch(s, nk, (const void *const *)rb->keys, rb->klens,
+				      (void *const *)rb->bufs, rb->caps, rb->vlens, rb->status)
+		    : 0;
+	for (size_t k = 0; k < nk && rc == 0; k++) {
+		if (rb->status[k] == EMBER_ENOTFOUND || rb->status[k] == EMBER_ERANGE ||
+		    (rb->status[k] == 0 && rb->vlens[k] != rb->caps[k]))
+			rc = EMBER_ECORRUPT;
+		else if (rb->status[k] < 0)
+			rc = rb->status[k];
+	}
+	for (size_t t = 0; t < rb->ni && rc == 0 && b->all_edges; t++)
+		if (rb->items[t].is_bucket)
+			rc = bucket_views(b, &b->ents[rb->items[t].idx]);
+	return rc;
+}
+
+/* The batch is in (under b->mu): its buckets ready, its slots resident. */
+static void rd_done(ember_graph_buffer *b, const struct rd_batch *rb)
+{
+	for (size_t k = 0; k < rb->nk; k++)
+		b->st.bytes_read += rb->caps[k];
+	for (size_t t = 0; t < rb->ni; t++) {
+		if (rb->items[t].is_bucket) {
+			struct bucket_ent *e = &b->ents[rb->items[t].idx];
+			e->state = BK_READY;
+			b->st.buckets_read++;
+			pthread_cond_signal(&b->cv_update); /* examples ahead may wait for it */
+		} else {
+			struct slot *sl = &b->slots[rb->items[t].idx];
+			sl->state = SLOT_RESIDENT;
+			sl->valid = true;
+			sl->dirty = false;
+			b->st.partitions_loaded++;
+			if (sl->need_read)
+				b->st.partitions_read++;
+			else
+				b->st.partitions_reclaimed++;
+		}
+	}
+	pthread_cond_broadcast(&b->cv_done);
+}
+
 static void *reader_main(void *arg)
 {
 	ember_graph_buffer *b = arg;
-	ember_graph *g = b->g;
-	const struct graph_meta *m = &g->meta;
 	ember_session *s = NULL;
-	int rc = ember_session_open(g->db, &s);
+	int rc = ember_session_open(b->g->db, &s);
 	pthread_mutex_lock(&b->mu);
 	b->ready++;
 	if (rc < 0 && !b->error)
 		b->error = rc;
 	pthread_cond_broadcast(&b->cv_done);
-	struct rd_item *items = NULL;
-	size_t items_cap = 0, keys_cap = 0;
-	uint8_t *keybuf = NULL;
-	const void **keys = NULL;
-	size_t *klens = NULL, *caps = NULL, *vlens = NULL;
-	void **bufs = NULL;
-	int *status = NULL;
+	struct rd_batch rb = {0};
 	while (!b->stop && rc == 0) {
-		/* take every queued load whose slot is not being written */
-		size_t ni = 0, nk = 0;
-		for (int pass = 0; pass < 2; pass++) {
-			ni = nk = 0;
-			for (uint32_t i = 0; i < b->nslots; i++) {
-				struct slot *sl = &b->slots[i];
-				if (!sl->load_queued || sl->writing ||
-				    (sl->need_read && part_writing(b, sl->part)))
-					continue;
-				if (pass) {
-					items[ni] = (struct rd_item){0, i, (uint32_t)nk, 0};
-					sl->load_queued = false;
-					if (sl->need_read)
-						items[ni].nkeys = graph_chunks(graph_part_rows(m, sl->part),
-									       m->rows_per_chunk);
-				} else if (sl->need_read) {
-					nk += graph_chunks(graph_part_rows(m, sl->part), m->rows_per_chunk);
-				}
-				if (pass)
-					nk += items[ni].nkeys;
-				ni++;
-			}
-			for (uint32_t i = 0; i < b->nents; i++) {
-				struct bucket_ent *e = &b->ents[i];
-				if (!e->load_queued)
-					continue;
-				uint32_t n = graph_chunks(e->count, m->edges_per_chunk);
-				if (pass) {
-					items[ni] = (struct rd_item){1, i, (uint32_t)nk, n};
-					e->load_queued = false;
-				}
-				nk += n;
-				ni++;
-			}
-			if (pass == 0) {
-				if (ni == 0)
-					break;
-				if (ni > items_cap || nk > keys_cap) {
-					/* grow the batch arrays (under the lock: a short allocation) */
-					size_t icap = ni * 2, kcap = nk * 2 + 16;
-					struct rd_item *it = em_alloc(icap * sizeof(*it));
-					uint8_t *kb = em_alloc(kcap * GRAPH_KEY_MAX);
-					void *arr = em_alloc(kcap * (2 * sizeof(void *) +
-								      3 * sizeof(size_t) + sizeof(int)));
-					if (!it || !kb || !arr) {
-						em_free(it, 0);
-						em_free(kb, 0);
-						em_free(arr, 0);
-						rc = EMBER_ENOMEM;
-						break;
-					}
-					em_free(items, 0);
-					em_free(keybuf, 0);
-					em_free(keys, 0);
-					items = it;
-					keybuf = kb;
-					keys = arr;
-					bufs = (void **)(keys + kcap);
-					klens = (size_t *)(bufs + kcap);
-					caps = klens + kcap;
-					vlens = caps + kcap;
-					status = (int *)(vlens + kcap);
-					items_cap = icap;
-					keys_cap = kcap;
-				}
-			}
-		}
+		rc = rd_take(b, &rb);
 		if (rc < 0)
 			break;
-		if (ni == 0) {
+		if (rb.ni == 0) {
 			pthread_cond_wait(&b->cv_reader, &b->mu);
 			continue;
 		}
-		/* allocate bucket memory and build the keys, still under the lock (the
-		 * entries' buckets and the slots' partitions cannot change meanwhile
-		 * anyway: they are LOADING) */
-		for (size_t t = 0; t < ni && rc == 0; t++) {
-			struct rd_item *it = &items[t];
-			uint32_t a, bb, kind, per;
-			uint8_t *dst;
-			uint64_t bytes;
-			if (it->is_bucket) {
-				struct bucket_ent *e = &b->ents[it->idx];
-				e->edges = em_alloc(e->count * GRAPH_EDGE_BYTES);
-				if (!e->edges) {
-					rc = EMBER_ENOMEM;
-					break;
-				}
-				kind = GK_EDGES;
-				a = e->bucket / b->p;
-				bb = e->bucket % b->p;
-				dst = (uint8_t *)e->edges;
-				bytes = e->count * GRAPH_EDGE_BYTES;
-				per = m->edges_per_chunk * GRAPH_EDGE_BYTES;
-			} else {
-				struct slot *sl = &b->slots[it->idx];
-				kind = GK_NODES;
-				a = sl->part;
-				bb = 0;
-				dst = (uint8_t *)sl->data;
-				bytes = graph_part_rows(m, sl->part) * b->dim * 4;
-				per = m->rows_per_chunk * b->dim * 4;
-			}
-			for (uint32_t c = 0; c < it->nkeys; c++) {
-				uint32_t k = it->first_key + c;
-				uint8_t *kp = keybuf + (size_t)k * GRAPH_KEY_MAX;
-				klens[k] = graph_key(kp, g->name, g->name_len, (int)kind, a, bb, c);
-				keys[k] = kp;
-				bufs[k] = dst + (uint64_t)c * per;
-				uint64_t left = bytes - (uint64_t)c * per;
-				caps[k] = left < per ? left : per;
-			}
-		}
+		rc = rd_build_keys(b, &rb);
 		if (rc < 0)
 			break;
 		pthread_mutex_unlock(&b->mu);
 		double t0 = graph_now();
-		rc = nk ? ember_get_batch(s, nk, (const void *const *)keys, klens,
-					  (void *const *)bufs, caps, vlens, status)
-			: 0;
-		for (size_t k = 0; k < nk && rc == 0; k++) {
-			if (status[k] == EMBER_ENOTFOUND || status[k] == EMBER_ERANGE ||
-			    (status[k] == 0 && vlens[k] != caps[k]))
-				rc = EMBER_ECORRUPT;
-			else if (status[k] < 0)
-				rc = status[k];
-		}
-		uint64_t bytes = 0;
-		for (size_t k = 0; k < nk; k++)
-			bytes += caps[k];
-		for (size_t t = 0; t < ni && rc == 0 && b->all_edges; t++)
-			if (items[t].is_bucket)
-				rc = bucket_views(b, &b->ents[items[t].idx]);
+		rc = rd_read(b, s, &rb);
 		double t1 = graph_now();
 		pthread_mutex_lock(&b->mu);
 		b->st.read_seconds += t1 - t0;
 		if (rc < 0)
 			break;
-		b->st.bytes_read += bytes;
-		for (size_t t = 0; t < ni; t++) {
-			if (items[t].is_bucket) {
-				struct bucket_ent *e = &b->ents[items[t].idx];
-				e->state = BK_READY;
-				b->st.buckets_read++;
-				pthread_cond_signal(&b->cv_update); /* examples ahead may wait for it */
-			} else {
-				struct slot *sl = &b->slots[items[t].idx];
-				sl->state = SLOT_RESIDENT;
-				sl->valid = true;
-				sl->dirty = false;
-				b->st.partitions_loaded++;
-				if (sl->need_read)
-					b->st.partitions_read++;
-				else
-					b->st.partitions_reclaimed++;
-			}
-		}
-		pthread_cond_broadcast(&b->cv_done);
+		rd_done(b, &rb);
 	}
 	if (rc < 0 && !b->error)
 		b->error = rc;
 	pthread_cond_broadcast(&b->cv_done);
 	pthread_mutex_unlock(&b->mu);
-	em_free(items, 0);
-	em_free(keybuf, 0);
-	em_free(keys, 0);
+	em_free(rb.items, 0);
+	em_free(rb.keybuf, 0);
+	em_free(rb.keys, 0);
 	ember_session_close(s);
 	return NULL;
 }

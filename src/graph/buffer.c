@@ -805,6 +805,82 @@ static int load_train(ember_graph_buffer *b)
 	return rc;
 }
 
+/* The buffer's geometry and sizes from the graph and the options: slots (the
+ * capacity and the prefetch slots the budget leaves room for) and bucket entries.
+ * Returns 0 or EMBER_ENOSPC (the capacity's slots alone exceed the budget). */
+static int buffer_sizes(ember_graph_buffer *b, ember_graph *g,
+			const ember_graph_buffer_options *opts)
+{
+	const struct graph_meta *m = &g->meta;
+	b->g = g;
+	b->o = *opts;
+	b->p = m->partitions;
+	b->c = opts->capacity;
+	b->dim = m->dim;
+	b->ps = m->partition_size;
+	b->ps_magic = b->ps > 1 && b->ps <= UINT32_MAX ? UINT64_MAX / b->ps + 1 : 0;
+	b->slot_bytes = b->ps * b->dim * 4;
+	b->budget = opts->memory_budget;
+	b->all_edges = opts->flags & EMBER_GRAPH_BUFFER_ALL_EDGES;
+	b->read_only = opts->flags & EMBER_GRAPH_BUFFER_READ_ONLY;
+	uint32_t extra = opts->prefetch_slots == EMBER_GRAPH_BUFFER_NO_PREFETCH ? 0
+			 : opts->prefetch_slots ? opts->prefetch_slots : 1;
+	if (extra > b->p - b->c)
+		extra = b->p - b->c;
+	if (b->budget) {
+		if (b->slot_bytes * b->c > b->budget)
+			return EMBER_ENOSPC;
+		uint64_t fit = (b->budget - b->slot_bytes * b->c) / (b->slot_bytes ? b->slot_bytes : 1);
+		if (extra > fit)
+			extra = (uint32_t)fit;
+	}
+	b->nslots = b->c + extra;
+	b->nents = ((extra ? extra : 1) + 1) * b->c * b->c;
+	b->bucket_ahead = 1;
+	return 0;
+}
+
+/* The buffer's arrays, and every slot's memory. Returns 0 or EMBER_ENOMEM (what
+ * was made is freed by buffer_free). */
+static int buffer_arrays(ember_graph_buffer *b)
+{
+	uint64_t pp = (uint64_t)b->p * b->p;
+	b->slots = em_zalloc(b->nslots * sizeof(*b->slots));
+	b->part_slot = em_alloc(b->p * 4);
+	b->ents = em_zalloc(b->nents * sizeof(*b->ents));
+	b->bucket_ent = em_alloc(pp * 4);
+	b->cur_parts = em_alloc(b->c * 4);
+	b->part_pos = em_alloc(b->p * 4);
+	b->cur_data = em_zalloc(b->c * sizeof(float *));
+	b->cur_bk = em_zalloc((size_t)b->c * b->c * sizeof(void *));
+	b->prep_list = em_alloc((size_t)b->c * b->c * sizeof(*b->prep_list));
+	b->ex_base = em_alloc((size_t)b->c * b->c * sizeof(*b->ex_base));
+	b->ex_base_next = em_alloc((size_t)b->c * b->c * sizeof(*b->ex_base_next));
+	if (!b->slots || !b->part_slot || !b->ents || !b->bucket_ent || !b->cur_parts ||
+	    !b->part_pos || !b->cur_data || !b->cur_bk || !b->prep_list || !b->ex_base ||
+	    !b->ex_base_next)
+		return EMBER_ENOMEM;
+	for (uint32_t i = 0; i < b->p; i++) {
+		b->part_slot[i] = GRAPH_NONE;
+		b->part_pos[i] = -1;
+	}
+	for (uint64_t i = 0; i < pp; i++)
+		b->bucket_ent[i] = GRAPH_NONE;
+	for (uint32_t i = 0; i < b->nents; i++)
+		b->ents[i].bucket = GRAPH_NONE;
+	for (uint32_t i = 0; i < b->nslots; i++) {
+		b->slots[i].part = GRAPH_NONE;
+		/* huge pages from 2 MiB up: the store's copy in, the scatter-add and the
+		 * gathers touch rows all over the slots, and 4 KiB pages miss the TLB */
+		b->slots[i].data = em_alloc_io(b->slot_bytes ? b->slot_bytes : 4);
+		if (!b->slots[i].data)
+			return EMBER_ENOMEM;
+	}
+	b->st.slots = b->nslots;
+	graph_mem_add(b, (int64_t)(b->slot_bytes * b->nslots));
+	return 0;
+}
+
 int ember_graph_buffer_open(ember_graph *g, const ember_graph_buffer_options *opts,
 			    ember_graph_buffer **out)
 {
@@ -826,71 +902,11 @@ int ember_graph_buffer_open(ember_graph *g, const ember_graph_buffer_options *op
 	pthread_cond_init(&b->cv_writer, NULL);
 	pthread_cond_init(&b->cv_done, NULL);
 	pthread_cond_init(&b->cv_update, NULL);
-	b->g = g;
-	b->o = *opts;
-	b->p = m->partitions;
-	b->c = opts->capacity;
-	b->dim = m->dim;
-	b->ps = m->partition_size;
-	b->ps_magic = b->ps > 1 && b->ps <= UINT32_MAX ? UINT64_MAX / b->ps + 1 : 0;
-	b->slot_bytes = b->ps * b->dim * 4;
-	b->budget = opts->memory_budget;
-	b->all_edges = opts->flags & EMBER_GRAPH_BUFFER_ALL_EDGES;
-	b->read_only = opts->flags & EMBER_GRAPH_BUFFER_READ_ONLY;
-	uint32_t extra = opts->prefetch_slots == EMBER_GRAPH_BUFFER_NO_PREFETCH ? 0
-			 : opts->prefetch_slots ? opts->prefetch_slots : 1;
-	if (extra > b->p - b->c)
-		extra = b->p - b->c;
-	if (b->budget) {
-		if (b->slot_bytes * b->c > b->budget) {
-			rc = EMBER_ENOSPC;
-			goto undo_buffer;
-		}
-		uint64_t fit = (b->budget - b->slot_bytes * b->c) / (b->slot_bytes ? b->slot_bytes : 1);
-		if (extra > fit)
-			extra = (uint32_t)fit;
-	}
-	b->nslots = b->c + extra;
-	b->nents = ((extra ? extra : 1) + 1) * b->c * b->c;
-	b->bucket_ahead = 1;
-	uint64_t pp = (uint64_t)b->p * b->p;
-	b->slots = em_zalloc(b->nslots * sizeof(*b->slots));
-	b->part_slot = em_alloc(b->p * 4);
-	b->ents = em_zalloc(b->nents * sizeof(*b->ents));
-	b->bucket_ent = em_alloc(pp * 4);
-	b->cur_parts = em_alloc(b->c * 4);
-	b->part_pos = em_alloc(b->p * 4);
-	b->cur_data = em_zalloc(b->c * sizeof(float *));
-	b->cur_bk = em_zalloc((size_t)b->c * b->c * sizeof(void *));
-	b->prep_list = em_alloc((size_t)b->c * b->c * sizeof(*b->prep_list));
-	b->ex_base = em_alloc((size_t)b->c * b->c * sizeof(*b->ex_base));
-	b->ex_base_next = em_alloc((size_t)b->c * b->c * sizeof(*b->ex_base_next));
-	if (!b->slots || !b->part_slot || !b->ents || !b->bucket_ent || !b->cur_parts ||
-	    !b->part_pos || !b->cur_data || !b->cur_bk || !b->prep_list || !b->ex_base ||
-	    !b->ex_base_next) {
-		rc = EMBER_ENOMEM;
+	rc = buffer_sizes(b, g, opts);
+	if (rc == 0)
+		rc = buffer_arrays(b);
+	if (rc < 0)
 		goto undo_buffer;
-	}
-	for (uint32_t i = 0; i < b->p; i++) {
-		b->part_slot[i] = GRAPH_NONE;
-		b->part_pos[i] = -1;
-	}
-	for (uint64_t i = 0; i < pp; i++)
-		b->bucket_ent[i] = GRAPH_NONE;
-	for (uint32_t i = 0; i < b->nents; i++)
-		b->ents[i].bucket = GRAPH_NONE;
-	for (uint32_t i = 0; i < b->nslots; i++) {
-		b->slots[i].part = GRAPH_NONE;
-		/* huge pages from 2 MiB up: the store's copy in, the scatter-add and the
-		 * gathers touch rows all over the slots, and 4 KiB pages miss the TLB */
-		b->slots[i].data = em_alloc_io(b->slot_bytes ? b->slot_bytes : 4);
-		if (!b->slots[i].data) {
-			rc = EMBER_ENOMEM;
-			goto undo_buffer;
-		}
-	}
-	b->st.slots = b->nslots;
-	graph_mem_add(b, (int64_t)(b->slot_bytes * b->nslots));
 	em_rng_seed(b->rng, opts->seed ^ 0x243f6a8885a308d3ull);
 	em_rng_seed(b->ex_rng, opts->seed ^ 0x13198a2e03707344ull);
 	b->prep_want = b->prep_done = -1;

@@ -557,23 +557,10 @@ static int check_options(const ember_cache_options *o, uint64_t *total_rows, uin
 	return 0;
 }
 
-int ember_cache_open(ember_db *db, const ember_cache_options *opts, ember_cache **cache)
+/* The cache's sizes from the options: window, prefetch batches and depth, and the
+ * capacity in rows (at most total_rows). Returns 0 or EMBER_EINVAL. */
+static int cache_sizes(struct ember_cache *c, const ember_cache_options *opts, uint64_t total_rows)
 {
-	if (!cache)
-		return EMBER_EINVAL;
-	*cache = NULL;
-	if (!db || !opts)
-		return EMBER_EINVAL;
-	uint64_t total_rows;
-	uint32_t max_dim;
-	int rc = check_options(opts, &total_rows, &max_dim);
-	if (rc < 0)
-		return rc;
-	struct ember_cache *c = em_zalloc(sizeof(*c));
-	if (!c)
-		return EMBER_ENOMEM;
-	rc = EMBER_ENOMEM;
-	c->db = db;
 	c->ntables = opts->ntables;
 	c->window = opts->window ? opts->window : 100;
 	c->pf_batches = opts->prefetch_batches;
@@ -590,36 +577,35 @@ int ember_cache_open(ember_db *db, const ember_cache_options *opts, ember_cache 
 	}
 	if (c->capacity > total_rows)
 		c->capacity = total_rows;
-	if (c->capacity > EMBER_CACHE_MAX_CAPACITY) {
-		rc = EMBER_EINVAL;
-		goto undo_cache;
-	}
-	if (cache_tables_init(c, opts) < 0)
-		goto undo_cache;
+	return c->capacity > EMBER_CACHE_MAX_CAPACITY ? EMBER_EINVAL : 0;
+}
+
+/* The oracle, the slot store and the buffers of the window and of a prefetch
+ * round. Returns 0 or an error; what was made is freed by cache_free. */
+static int cache_buffers(struct ember_cache *c, const ember_cache_options *opts, uint32_t max_dim)
+{
 	uint32_t max_floats = 0;
 	for (uint32_t t = 0; t < c->ntables; t++)
 		if (c->tables[t].dim + c->tables[t].state > max_floats)
 			max_floats = c->tables[t].dim + c->tables[t].state;
 	int gpu_state = opts->slots == EMBER_CACHE_SLOTS_GPU &&
 				c->tables[0].state ? EMBER_GPU_STATE_ADAGRAD : EMBER_GPU_STATE_NONE;
-
 	uint64_t *rows = em_alloc(c->ntables * sizeof(uint64_t));
 	if (!rows)
-		goto undo_cache;
+		return EMBER_ENOMEM;
 	for (uint32_t t = 0; t < c->ntables; t++)
 		rows[t] = c->tables[t].rows;
-	rc = oracle_create(&c->oracle, c->ntables, rows, c->capacity, c->window);
+	int rc = oracle_create(&c->oracle, c->ntables, rows, c->capacity, c->window);
 	em_free(rows, 0);
 	if (rc < 0)
-		goto undo_cache;
+		return rc;
 	struct slot_gpu_config gcfg = {.gpu = opts->gpu, .backend = opts->gpu_backend,
 				       .device = opts->gpu_device};
 	rc = slot_store_open(&c->ss, opts->slots, (uint32_t)c->capacity, max_dim, max_floats,
 			     gpu_state, c->depth, &gcfg);
 	if (rc < 0)
-		goto undo_cache;
+		return rc;
 	c->max_row_bytes = (size_t)c->ss.buf_floats * sizeof(float);
-	rc = EMBER_ENOMEM;
 	c->ring = em_zalloc(c->window * sizeof(*c->ring));
 	c->dirty = em_zalloc(c->capacity);
 	c->owner = em_alloc(c->capacity * sizeof(*c->owner));
@@ -636,13 +622,42 @@ int ember_cache_open(ember_db *db, const ember_cache_options *opts, ember_cache 
 	c->mv = em_alloc(d * sizeof(*c->mv));
 	if (!c->ring || !c->dirty || !c->owner || !c->kbuf || !c->kptr || !c->klen ||
 	    !c->vcap || !c->vlen || !c->vptr || !c->st || !c->stage || !c->rwbuf || !c->mv)
-		goto undo_cache;
+		return EMBER_ENOMEM;
 	for (uint64_t s = 0; s < c->capacity; s++)
 		c->owner[s] = (struct urow){.table = ORACLE_NONE};
 	if (c->ss.where == EMBER_CACHE_SLOTS_GPU)
 		for (uint32_t i = 0; i < c->window; i++)
 			if ((rc = slot_batch_dev_init(&c->ss, &c->ring[i].dev)) < 0)
-				goto undo_cache;
+				return rc;
+	return 0;
+}
+
+int ember_cache_open(ember_db *db, const ember_cache_options *opts, ember_cache **cache)
+{
+	if (!cache)
+		return EMBER_EINVAL;
+	*cache = NULL;
+	if (!db || !opts)
+		return EMBER_EINVAL;
+	uint64_t total_rows;
+	uint32_t max_dim;
+	int rc = check_options(opts, &total_rows, &max_dim);
+	if (rc < 0)
+		return rc;
+	struct ember_cache *c = em_zalloc(sizeof(*c));
+	if (!c)
+		return EMBER_ENOMEM;
+	c->db = db;
+	rc = cache_sizes(c, opts, total_rows);
+	if (rc < 0)
+		goto undo_cache;
+	if (cache_tables_init(c, opts) < 0) {
+		rc = EMBER_ENOMEM;
+		goto undo_cache;
+	}
+	rc = cache_buffers(c, opts, max_dim);
+	if (rc < 0)
+		goto undo_cache;
 	atomic_store_explicit(&c->st_resident, 0, memory_order_relaxed); /* before the thread */
 	rc = ember_session_open(db, &c->sess);
 	if (rc < 0)

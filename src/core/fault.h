@@ -105,7 +105,7 @@ int em_fault_parse(const char *text);
 void em_fault_set_verbose(int on);
 
 /*
- * Injected I/O failures (used by io/file.c only). A request that must fail goes to
+ * Injected I/O failures (used by io/ring.c only). A request that must fail goes to
  * the kernel as a read of fd -1 (which completes with EM_FAULT_RING_MARK = -EBADF)
  * and is recorded here against its ring and user_data; when its completion comes
  * back, the reaper swaps the mark for the injected error.

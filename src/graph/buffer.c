@@ -175,192 +175,232 @@ static int bucket_views(ember_graph_buffer *b, struct bucket_ent *e)
 	return 0;
 }
 
+/* The reader thread's batch: the loads it takes at once, and the arrays of their
+ * ember_get_batch call (grown, never shrunk; the reader's own). */
+struct rd_batch {
+	struct rd_item *items;
+	size_t items_cap, keys_cap;
+	size_t ni, nk; /* loads and keys of the batch taken */
+	uint8_t *keybuf;
+	const void **keys;
+	size_t *klens, *caps, *vlens;
+	void **bufs;
+	int *status;
+};
+
+/* Room for ni loads and nk keys (under the lock: a short allocation). 0 or
+ * EMBER_ENOMEM (the arrays kept). */
+static int rd_grow(struct rd_batch *rb, size_t ni, size_t nk)
+{
+	if (ni <= rb->items_cap && nk <= rb->keys_cap)
+		return 0;
+	size_t icap = ni * 2, kcap = nk * 2 + 16;
+	struct rd_item *it = em_alloc(icap * sizeof(*it));
+	uint8_t *kb = em_alloc(kcap * GRAPH_KEY_MAX);
+	void *arr = em_alloc(kcap * (2 * sizeof(void *) + 3 * sizeof(size_t) + sizeof(int)));
+	if (!it || !kb || !arr) {
+		em_free(it, 0);
+		em_free(kb, 0);
+		em_free(arr, 0);
+		return EMBER_ENOMEM;
+	}
+	em_free(rb->items, 0);
+	em_free(rb->keybuf, 0);
+	em_free(rb->keys, 0);
+	rb->items = it;
+	rb->keybuf = kb;
+	rb->keys = arr;
+	rb->bufs = (void **)(rb->keys + kcap);
+	rb->klens = (size_t *)(rb->bufs + kcap);
+	rb->caps = rb->klens + kcap;
+	rb->vlens = rb->caps + kcap;
+	rb->status = (int *)(rb->vlens + kcap);
+	rb->items_cap = icap;
+	rb->keys_cap = kcap;
+	return 0;
+}
+
+/* Take every queued load whose slot is not being written (under b->mu): a first
+ * pass counts them and grows the arrays, the second takes them. rb->ni = 0: none.
+ * Returns 0 or EMBER_ENOMEM. */
+static int rd_take(ember_graph_buffer *b, struct rd_batch *rb)
+{
+	const struct graph_meta *m = &b->g->meta;
+	size_t ni = 0, nk = 0;
+	rb->ni = rb->nk = 0;
+	for (int pass = 0; pass < 2; pass++) {
+		ni = nk = 0;
+		for (uint32_t i = 0; i < b->nslots; i++) {
+			struct slot *sl = &b->slots[i];
+			if (!sl->load_queued || sl->writing ||
+			    (sl->need_read && part_writing(b, sl->part)))
+				continue;
+			uint32_t n = sl->need_read ? graph_chunks(graph_part_rows(m, sl->part),
+								  m->rows_per_chunk)
+						   : 0;
+			if (pass) {
+				rb->items[ni] = (struct rd_item){0, i, (uint32_t)nk, n};
+				sl->load_queued = false;
+			}
+			nk += n;
+			ni++;
+		}
+		for (uint32_t i = 0; i < b->nents; i++) {
+			struct bucket_ent *e = &b->ents[i];
+			if (!e->load_queued)
+				continue;
+			uint32_t n = graph_chunks(e->count, m->edges_per_chunk);
+			if (pass) {
+				rb->items[ni] = (struct rd_item){1, i, (uint32_t)nk, n};
+				e->load_queued = false;
+			}
+			nk += n;
+			ni++;
+		}
+		if (pass == 0) {
+			if (ni == 0)
+				return 0;
+			int rc = rd_grow(rb, ni, nk);
+			if (rc < 0)
+				return rc;
+		}
+	}
+	rb->ni = ni;
+	rb->nk = nk;
+	return 0;
+}
+
+/* Allocate bucket memory and build the keys, under the lock (the entries' buckets
+ * and the slots' partitions cannot change meanwhile anyway: they are LOADING).
+ * Returns 0 or EMBER_ENOMEM. */
+static int rd_build_keys(ember_graph_buffer *b, struct rd_batch *rb)
+{
+	ember_graph *g = b->g;
+	const struct graph_meta *m = &g->meta;
+	for (size_t t = 0; t < rb->ni; t++) {
+		struct rd_item *it = &rb->items[t];
+		uint32_t a, bb, kind, per;
+		uint8_t *dst;
+		uint64_t bytes;
+		if (it->is_bucket) {
+			struct bucket_ent *e = &b->ents[it->idx];
+			e->edges = em_alloc(e->count * GRAPH_EDGE_BYTES);
+			if (!e->edges)
+				return EMBER_ENOMEM;
+			kind = GK_EDGES;
+			a = e->bucket / b->p;
+			bb = e->bucket % b->p;
+			dst = (uint8_t *)e->edges;
+			bytes = e->count * GRAPH_EDGE_BYTES;
+			per = m->edges_per_chunk * GRAPH_EDGE_BYTES;
+		} else {
+			struct slot *sl = &b->slots[it->idx];
+			kind = GK_NODES;
+			a = sl->part;
+			bb = 0;
+			dst = (uint8_t *)sl->data;
+			bytes = graph_part_rows(m, sl->part) * b->dim * 4;
+			per = m->rows_per_chunk * b->dim * 4;
+		}
+		for (uint32_t c = 0; c < it->nkeys; c++) {
+			uint32_t k = it->first_key + c;
+			uint8_t *kp = rb->keybuf + (size_t)k * GRAPH_KEY_MAX;
+			rb->klens[k] = graph_key(kp, g->name, g->name_len, (int)kind, a, bb, c);
+			rb->keys[k] = kp;
+			rb->bufs[k] = dst + (uint64_t)c * per;
+			uint64_t left = bytes - (uint64_t)c * per;
+			rb->caps[k] = left < per ? left : per;
+		}
+	}
+	return 0;
+}
+
+/* Read the batch (without the lock): every chunk must be there, whole. Builds the
+ * views of the buckets read (all_edges). Returns 0 or an error. */
+static int rd_read(ember_graph_buffer *b, ember_session *s, struct rd_batch *rb)
+{
+	size_t nk = rb->nk;
+	int rc = nk ? ember_get_batch(s, nk, (const void *const *)rb->keys, rb->klens,
+				      (void *const *)rb->bufs, rb->caps, rb->vlens, rb->status)
+		    : 0;
+	for (size_t k = 0; k < nk && rc == 0; k++) {
+		if (rb->status[k] == EMBER_ENOTFOUND || rb->status[k] == EMBER_ERANGE ||
+		    (rb->status[k] == 0 && rb->vlens[k] != rb->caps[k]))
+			rc = EMBER_ECORRUPT;
+		else if (rb->status[k] < 0)
+			rc = rb->status[k];
+	}
+	for (size_t t = 0; t < rb->ni && rc == 0 && b->all_edges; t++)
+		if (rb->items[t].is_bucket)
+			rc = bucket_views(b, &b->ents[rb->items[t].idx]);
+	return rc;
+}
+
+/* The batch is in (under b->mu): its buckets ready, its slots resident. */
+static void rd_done(ember_graph_buffer *b, const struct rd_batch *rb)
+{
+	for (size_t k = 0; k < rb->nk; k++)
+		b->st.bytes_read += rb->caps[k];
+	for (size_t t = 0; t < rb->ni; t++) {
+		if (rb->items[t].is_bucket) {
+			struct bucket_ent *e = &b->ents[rb->items[t].idx];
+			e->state = BK_READY;
+			b->st.buckets_read++;
+			pthread_cond_signal(&b->cv_update); /* examples ahead may wait for it */
+		} else {
+			struct slot *sl = &b->slots[rb->items[t].idx];
+			sl->state = SLOT_RESIDENT;
+			sl->valid = true;
+			sl->dirty = false;
+			b->st.partitions_loaded++;
+			if (sl->need_read)
+				b->st.partitions_read++;
+			else
+				b->st.partitions_reclaimed++;
+		}
+	}
+	pthread_cond_broadcast(&b->cv_done);
+}
+
 static void *reader_main(void *arg)
 {
 	ember_graph_buffer *b = arg;
-	ember_graph *g = b->g;
-	const struct graph_meta *m = &g->meta;
 	ember_session *s = NULL;
-	int rc = ember_session_open(g->db, &s);
+	int rc = ember_session_open(b->g->db, &s);
 	pthread_mutex_lock(&b->mu);
 	b->ready++;
 	if (rc < 0 && !b->error)
 		b->error = rc;
 	pthread_cond_broadcast(&b->cv_done);
-	struct rd_item *items = NULL;
-	size_t items_cap = 0, keys_cap = 0;
-	uint8_t *keybuf = NULL;
-	const void **keys = NULL;
-	size_t *klens = NULL, *caps = NULL, *vlens = NULL;
-	void **bufs = NULL;
-	int *status = NULL;
+	struct rd_batch rb = {0};
 	while (!b->stop && rc == 0) {
-		/* take every queued load whose slot is not being written */
-		size_t ni = 0, nk = 0;
-		for (int pass = 0; pass < 2; pass++) {
-			ni = nk = 0;
-			for (uint32_t i = 0; i < b->nslots; i++) {
-				struct slot *sl = &b->slots[i];
-				if (!sl->load_queued || sl->writing ||
-				    (sl->need_read && part_writing(b, sl->part)))
-					continue;
-				if (pass) {
-					items[ni] = (struct rd_item){0, i, (uint32_t)nk, 0};
-					sl->load_queued = false;
-					if (sl->need_read)
-						items[ni].nkeys = graph_chunks(graph_part_rows(m, sl->part),
-									       m->rows_per_chunk);
-				} else if (sl->need_read) {
-					nk += graph_chunks(graph_part_rows(m, sl->part), m->rows_per_chunk);
-				}
-				if (pass)
-					nk += items[ni].nkeys;
-				ni++;
-			}
-			for (uint32_t i = 0; i < b->nents; i++) {
-				struct bucket_ent *e = &b->ents[i];
-				if (!e->load_queued)
-					continue;
-				uint32_t n = graph_chunks(e->count, m->edges_per_chunk);
-				if (pass) {
-					items[ni] = (struct rd_item){1, i, (uint32_t)nk, n};
-					e->load_queued = false;
-				}
-				nk += n;
-				ni++;
-			}
-			if (pass == 0) {
-				if (ni == 0)
-					break;
-				if (ni > items_cap || nk > keys_cap) {
-					/* grow the batch arrays (under the lock: a short allocation) */
-					size_t icap = ni * 2, kcap = nk * 2 + 16;
-					struct rd_item *it = em_alloc(icap * sizeof(*it));
-					uint8_t *kb = em_alloc(kcap * GRAPH_KEY_MAX);
-					void *arr = em_alloc(kcap * (2 * sizeof(void *) +
-								      3 * sizeof(size_t) + sizeof(int)));
-					if (!it || !kb || !arr) {
-						em_free(it, 0);
-						em_free(kb, 0);
-						em_free(arr, 0);
-						rc = EMBER_ENOMEM;
-						break;
-					}
-					em_free(items, 0);
-					em_free(keybuf, 0);
-					em_free(keys, 0);
-					items = it;
-					keybuf = kb;
-					keys = arr;
-					bufs = (void **)(keys + kcap);
-					klens = (size_t *)(bufs + kcap);
-					caps = klens + kcap;
-					vlens = caps + kcap;
-					status = (int *)(vlens + kcap);
-					items_cap = icap;
-					keys_cap = kcap;
-				}
-			}
-		}
+		rc = rd_take(b, &rb);
 		if (rc < 0)
 			break;
-		if (ni == 0) {
+		if (rb.ni == 0) {
 			pthread_cond_wait(&b->cv_reader, &b->mu);
 			continue;
 		}
-		/* allocate bucket memory and build the keys, still under the lock (the
-		 * entries' buckets and the slots' partitions cannot change meanwhile
-		 * anyway: they are LOADING) */
-		for (size_t t = 0; t < ni && rc == 0; t++) {
-			struct rd_item *it = &items[t];
-			uint32_t a, bb, kind, per;
-			uint8_t *dst;
-			uint64_t bytes;
-			if (it->is_bucket) {
-				struct bucket_ent *e = &b->ents[it->idx];
-				e->edges = em_alloc(e->count * GRAPH_EDGE_BYTES);
-				if (!e->edges) {
-					rc = EMBER_ENOMEM;
-					break;
-				}
-				kind = GK_EDGES;
-				a = e->bucket / b->p;
-				bb = e->bucket % b->p;
-				dst = (uint8_t *)e->edges;
-				bytes = e->count * GRAPH_EDGE_BYTES;
-				per = m->edges_per_chunk * GRAPH_EDGE_BYTES;
-			} else {
-				struct slot *sl = &b->slots[it->idx];
-				kind = GK_NODES;
-				a = sl->part;
-				bb = 0;
-				dst = (uint8_t *)sl->data;
-				bytes = graph_part_rows(m, sl->part) * b->dim * 4;
-				per = m->rows_per_chunk * b->dim * 4;
-			}
-			for (uint32_t c = 0; c < it->nkeys; c++) {
-				uint32_t k = it->first_key + c;
-				uint8_t *kp = keybuf + (size_t)k * GRAPH_KEY_MAX;
-				klens[k] = graph_key(kp, g->name, g->name_len, (int)kind, a, bb, c);
-				keys[k] = kp;
-				bufs[k] = dst + (uint64_t)c * per;
-				uint64_t left = bytes - (uint64_t)c * per;
-				caps[k] = left < per ? left : per;
-			}
-		}
+		rc = rd_build_keys(b, &rb);
 		if (rc < 0)
 			break;
 		pthread_mutex_unlock(&b->mu);
 		double t0 = graph_now();
-		rc = nk ? ember_get_batch(s, nk, (const void *const *)keys, klens,
-					  (void *const *)bufs, caps, vlens, status)
-			: 0;
-		for (size_t k = 0; k < nk && rc == 0; k++) {
-			if (status[k] == EMBER_ENOTFOUND || status[k] == EMBER_ERANGE ||
-			    (status[k] == 0 && vlens[k] != caps[k]))
-				rc = EMBER_ECORRUPT;
-			else if (status[k] < 0)
-				rc = status[k];
-		}
-		uint64_t bytes = 0;
-		for (size_t k = 0; k < nk; k++)
-			bytes += caps[k];
-		for (size_t t = 0; t < ni && rc == 0 && b->all_edges; t++)
-			if (items[t].is_bucket)
-				rc = bucket_views(b, &b->ents[items[t].idx]);
+		rc = rd_read(b, s, &rb);
 		double t1 = graph_now();
 		pthread_mutex_lock(&b->mu);
 		b->st.read_seconds += t1 - t0;
 		if (rc < 0)
 			break;
-		b->st.bytes_read += bytes;
-		for (size_t t = 0; t < ni; t++) {
-			if (items[t].is_bucket) {
-				struct bucket_ent *e = &b->ents[items[t].idx];
-				e->state = BK_READY;
-				b->st.buckets_read++;
-				pthread_cond_signal(&b->cv_update); /* examples ahead may wait for it */
-			} else {
-				struct slot *sl = &b->slots[items[t].idx];
-				sl->state = SLOT_RESIDENT;
-				sl->valid = true;
-				sl->dirty = false;
-				b->st.partitions_loaded++;
-				if (sl->need_read)
-					b->st.partitions_read++;
-				else
-					b->st.partitions_reclaimed++;
-			}
-		}
-		pthread_cond_broadcast(&b->cv_done);
+		rd_done(b, &rb);
 	}
 	if (rc < 0 && !b->error)
 		b->error = rc;
 	pthread_cond_broadcast(&b->cv_done);
 	pthread_mutex_unlock(&b->mu);
-	em_free(items, 0);
-	em_free(keybuf, 0);
-	em_free(keys, 0);
+	em_free(rb.items, 0);
+	em_free(rb.keybuf, 0);
+	em_free(rb.keys, 0);
 	ember_session_close(s);
 	return NULL;
 }
@@ -765,6 +805,82 @@ static int load_train(ember_graph_buffer *b)
 	return rc;
 }
 
+/* The buffer's geometry and sizes from the graph and the options: slots (the
+ * capacity and the prefetch slots the budget leaves room for) and bucket entries.
+ * Returns 0 or EMBER_ENOSPC (the capacity's slots alone exceed the budget). */
+static int buffer_sizes(ember_graph_buffer *b, ember_graph *g,
+			const ember_graph_buffer_options *opts)
+{
+	const struct graph_meta *m = &g->meta;
+	b->g = g;
+	b->o = *opts;
+	b->p = m->partitions;
+	b->c = opts->capacity;
+	b->dim = m->dim;
+	b->ps = m->partition_size;
+	b->ps_magic = b->ps > 1 && b->ps <= UINT32_MAX ? UINT64_MAX / b->ps + 1 : 0;
+	b->slot_bytes = b->ps * b->dim * 4;
+	b->budget = opts->memory_budget;
+	b->all_edges = opts->flags & EMBER_GRAPH_BUFFER_ALL_EDGES;
+	b->read_only = opts->flags & EMBER_GRAPH_BUFFER_READ_ONLY;
+	uint32_t extra = opts->prefetch_slots == EMBER_GRAPH_BUFFER_NO_PREFETCH ? 0
+			 : opts->prefetch_slots ? opts->prefetch_slots : 1;
+	if (extra > b->p - b->c)
+		extra = b->p - b->c;
+	if (b->budget) {
+		if (b->slot_bytes * b->c > b->budget)
+			return EMBER_ENOSPC;
+		uint64_t fit = (b->budget - b->slot_bytes * b->c) / (b->slot_bytes ? b->slot_bytes : 1);
+		if (extra > fit)
+			extra = (uint32_t)fit;
+	}
+	b->nslots = b->c + extra;
+	b->nents = ((extra ? extra : 1) + 1) * b->c * b->c;
+	b->bucket_ahead = 1;
+	return 0;
+}
+
+/* The buffer's arrays, and every slot's memory. Returns 0 or EMBER_ENOMEM (what
+ * was made is freed by buffer_free). */
+static int buffer_arrays(ember_graph_buffer *b)
+{
+	uint64_t pp = (uint64_t)b->p * b->p;
+	b->slots = em_zalloc(b->nslots * sizeof(*b->slots));
+	b->part_slot = em_alloc(b->p * 4);
+	b->ents = em_zalloc(b->nents * sizeof(*b->ents));
+	b->bucket_ent = em_alloc(pp * 4);
+	b->cur_parts = em_alloc(b->c * 4);
+	b->part_pos = em_alloc(b->p * 4);
+	b->cur_data = em_zalloc(b->c * sizeof(float *));
+	b->cur_bk = em_zalloc((size_t)b->c * b->c * sizeof(void *));
+	b->prep_list = em_alloc((size_t)b->c * b->c * sizeof(*b->prep_list));
+	b->ex_base = em_alloc((size_t)b->c * b->c * sizeof(*b->ex_base));
+	b->ex_base_next = em_alloc((size_t)b->c * b->c * sizeof(*b->ex_base_next));
+	if (!b->slots || !b->part_slot || !b->ents || !b->bucket_ent || !b->cur_parts ||
+	    !b->part_pos || !b->cur_data || !b->cur_bk || !b->prep_list || !b->ex_base ||
+	    !b->ex_base_next)
+		return EMBER_ENOMEM;
+	for (uint32_t i = 0; i < b->p; i++) {
+		b->part_slot[i] = GRAPH_NONE;
+		b->part_pos[i] = -1;
+	}
+	for (uint64_t i = 0; i < pp; i++)
+		b->bucket_ent[i] = GRAPH_NONE;
+	for (uint32_t i = 0; i < b->nents; i++)
+		b->ents[i].bucket = GRAPH_NONE;
+	for (uint32_t i = 0; i < b->nslots; i++) {
+		b->slots[i].part = GRAPH_NONE;
+		/* huge pages from 2 MiB up: the store's copy in, the scatter-add and the
+		 * gathers touch rows all over the slots, and 4 KiB pages miss the TLB */
+		b->slots[i].data = em_alloc_io(b->slot_bytes ? b->slot_bytes : 4);
+		if (!b->slots[i].data)
+			return EMBER_ENOMEM;
+	}
+	b->st.slots = b->nslots;
+	graph_mem_add(b, (int64_t)(b->slot_bytes * b->nslots));
+	return 0;
+}
+
 int ember_graph_buffer_open(ember_graph *g, const ember_graph_buffer_options *opts,
 			    ember_graph_buffer **out)
 {
@@ -786,71 +902,11 @@ int ember_graph_buffer_open(ember_graph *g, const ember_graph_buffer_options *op
 	pthread_cond_init(&b->cv_writer, NULL);
 	pthread_cond_init(&b->cv_done, NULL);
 	pthread_cond_init(&b->cv_update, NULL);
-	b->g = g;
-	b->o = *opts;
-	b->p = m->partitions;
-	b->c = opts->capacity;
-	b->dim = m->dim;
-	b->ps = m->partition_size;
-	b->ps_magic = b->ps > 1 && b->ps <= UINT32_MAX ? UINT64_MAX / b->ps + 1 : 0;
-	b->slot_bytes = b->ps * b->dim * 4;
-	b->budget = opts->memory_budget;
-	b->all_edges = opts->flags & EMBER_GRAPH_BUFFER_ALL_EDGES;
-	b->read_only = opts->flags & EMBER_GRAPH_BUFFER_READ_ONLY;
-	uint32_t extra = opts->prefetch_slots == EMBER_GRAPH_BUFFER_NO_PREFETCH ? 0
-			 : opts->prefetch_slots ? opts->prefetch_slots : 1;
-	if (extra > b->p - b->c)
-		extra = b->p - b->c;
-	if (b->budget) {
-		if (b->slot_bytes * b->c > b->budget) {
-			rc = EMBER_ENOSPC;
-			goto undo_buffer;
-		}
-		uint64_t fit = (b->budget - b->slot_bytes * b->c) / (b->slot_bytes ? b->slot_bytes : 1);
-		if (extra > fit)
-			extra = (uint32_t)fit;
-	}
-	b->nslots = b->c + extra;
-	b->nents = ((extra ? extra : 1) + 1) * b->c * b->c;
-	b->bucket_ahead = 1;
-	uint64_t pp = (uint64_t)b->p * b->p;
-	b->slots = em_zalloc(b->nslots * sizeof(*b->slots));
-	b->part_slot = em_alloc(b->p * 4);
-	b->ents = em_zalloc(b->nents * sizeof(*b->ents));
-	b->bucket_ent = em_alloc(pp * 4);
-	b->cur_parts = em_alloc(b->c * 4);
-	b->part_pos = em_alloc(b->p * 4);
-	b->cur_data = em_zalloc(b->c * sizeof(float *));
-	b->cur_bk = em_zalloc((size_t)b->c * b->c * sizeof(void *));
-	b->prep_list = em_alloc((size_t)b->c * b->c * sizeof(*b->prep_list));
-	b->ex_base = em_alloc((size_t)b->c * b->c * sizeof(*b->ex_base));
-	b->ex_base_next = em_alloc((size_t)b->c * b->c * sizeof(*b->ex_base_next));
-	if (!b->slots || !b->part_slot || !b->ents || !b->bucket_ent || !b->cur_parts ||
-	    !b->part_pos || !b->cur_data || !b->cur_bk || !b->prep_list || !b->ex_base ||
-	    !b->ex_base_next) {
-		rc = EMBER_ENOMEM;
+	rc = buffer_sizes(b, g, opts);
+	if (rc == 0)
+		rc = buffer_arrays(b);
+	if (rc < 0)
 		goto undo_buffer;
-	}
-	for (uint32_t i = 0; i < b->p; i++) {
-		b->part_slot[i] = GRAPH_NONE;
-		b->part_pos[i] = -1;
-	}
-	for (uint64_t i = 0; i < pp; i++)
-		b->bucket_ent[i] = GRAPH_NONE;
-	for (uint32_t i = 0; i < b->nents; i++)
-		b->ents[i].bucket = GRAPH_NONE;
-	for (uint32_t i = 0; i < b->nslots; i++) {
-		b->slots[i].part = GRAPH_NONE;
-		/* huge pages from 2 MiB up: the store's copy in, the scatter-add and the
-		 * gathers touch rows all over the slots, and 4 KiB pages miss the TLB */
-		b->slots[i].data = em_alloc_io(b->slot_bytes ? b->slot_bytes : 4);
-		if (!b->slots[i].data) {
-			rc = EMBER_ENOMEM;
-			goto undo_buffer;
-		}
-	}
-	b->st.slots = b->nslots;
-	graph_mem_add(b, (int64_t)(b->slot_bytes * b->nslots));
 	em_rng_seed(b->rng, opts->seed ^ 0x243f6a8885a308d3ull);
 	em_rng_seed(b->ex_rng, opts->seed ^ 0x13198a2e03707344ull);
 	b->prep_want = b->prep_done = -1;
@@ -967,103 +1023,134 @@ static uint64_t part_examples(const ember_graph_buffer *b, uint32_t part)
 	return graph_part_rows(&b->g->meta, part);
 }
 
-int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *plan)
+/* A plan being checked and sized by ember_graph_buffer_set_plan: its own copies of
+ * the caller's arrays, and what they need. */
+struct plan_build {
+	uint32_t ns;       /* states */
+	size_t words;      /* words of one state's membership bitmap */
+	uint64_t *member;  /* ns bitmaps of p bits: partition x is in state k */
+	uint32_t *states;  /* ns x c partitions */
+	uint32_t *bstate;  /* p x p: the state that trains each bucket */
+	uint32_t *first;   /* p: the first state holding each partition */
+	uint64_t *ex_count, *ex_bytes; /* ns: examples and bytes of each state's buckets */
+	uint64_t max_ex, max_nodes, max_union;
+};
+
+static void plan_build_free(struct plan_build *pb)
 {
-	if (!b || !plan || !plan->states || !plan->bucket_state || plan->num_states == 0 ||
-	    plan->partitions != b->p || plan->capacity != b->c)
-		return EMBER_EINVAL;
+	em_free(pb->member, 0);
+	em_free(pb->states, 0);
+	em_free(pb->bstate, 0);
+	em_free(pb->first, 0);
+	em_free(pb->ex_count, 0);
+	em_free(pb->ex_bytes, 0);
+}
+
+/* Copy the plan and check it: each state c distinct partitions, each bucket's
+ * state holding both of its partitions. Tallies each state's examples and bytes.
+ * Returns 0, EMBER_ENOMEM or EMBER_EINVAL (pb freed by the caller either way). */
+static int plan_copy_check(struct ember_graph_buffer *b, const ember_graph_plan *plan,
+			   struct plan_build *pb)
+{
 	uint32_t p = b->p, c = b->c, ns = plan->num_states;
 	uint64_t pp = (uint64_t)p * p;
 	size_t words = (p + 63) / 64;
-	int rc = 0;
-	pthread_mutex_lock(&b->mu);
-	if (b->have_plan) {
-		pthread_mutex_unlock(&b->mu);
-		return EMBER_ESTATE;
-	}
-	pthread_mutex_unlock(&b->mu);
-	/* only the trainer thread calls set_plan and next_state, so the plan fields may
-	 * be built outside the lock; of the background threads only the updater reads
-	 * them (prep_collect, under mu, while prep_want names a state), and no state is
-	 * wanted between epochs */
-	uint64_t *member = em_zalloc((size_t)ns * words * 8);
-	uint32_t *states = em_alloc((size_t)ns * c * 4);
-	uint32_t *bstate = em_alloc(pp * 4);
-	uint32_t *first = em_alloc((size_t)p * 4);
-	uint64_t *ex_count = em_zalloc((size_t)ns * 8), *ex_bytes = em_zalloc((size_t)ns * 8);
-	if (!member || !states || !bstate || !first || !ex_count || !ex_bytes) {
-		rc = EMBER_ENOMEM;
-		goto undo_mem;
-	}
-	memcpy(states, plan->states, (size_t)ns * c * 4);
-	memcpy(bstate, plan->bucket_state, pp * 4);
+	pb->ns = ns;
+	pb->words = words;
+	pb->member = em_zalloc((size_t)ns * words * 8);
+	pb->states = em_alloc((size_t)ns * c * 4);
+	pb->bstate = em_alloc(pp * 4);
+	pb->first = em_alloc((size_t)p * 4);
+	pb->ex_count = em_zalloc((size_t)ns * 8);
+	pb->ex_bytes = em_zalloc((size_t)ns * 8);
+	if (!pb->member || !pb->states || !pb->bstate || !pb->first || !pb->ex_count ||
+	    !pb->ex_bytes)
+		return EMBER_ENOMEM;
+	memcpy(pb->states, plan->states, (size_t)ns * c * 4);
+	memcpy(pb->bstate, plan->bucket_state, pp * 4);
 	for (uint32_t i = 0; i < p; i++)
-		first[i] = GRAPH_NONE;
+		pb->first[i] = GRAPH_NONE;
 	for (uint32_t k = 0; k < ns; k++) {
-		uint64_t *mk = member + (size_t)k * words;
+		uint64_t *mk = pb->member + (size_t)k * words;
 		for (uint32_t i = 0; i < c; i++) {
-			uint32_t x = states[(size_t)k * c + i];
-			if (x >= p || (mk[x / 64] >> (x % 64) & 1)) {
-				rc = EMBER_EINVAL;
-				goto undo_mem;
-			}
+			uint32_t x = pb->states[(size_t)k * c + i];
+			if (x >= p || (mk[x / 64] >> (x % 64) & 1))
+				return EMBER_EINVAL;
 			mk[x / 64] |= 1ull << (x % 64);
-			if (first[x] == GRAPH_NONE)
-				first[x] = k;
+			if (pb->first[x] == GRAPH_NONE)
+				pb->first[x] = k;
 		}
 	}
 	for (uint64_t bk = 0; bk < pp; bk++) {
-		uint32_t k = bstate[bk], i = (uint32_t)(bk / p), j = (uint32_t)(bk % p);
+		uint32_t k = pb->bstate[bk], i = (uint32_t)(bk / p), j = (uint32_t)(bk % p);
 		if (k == EMBER_GRAPH_NO_STATE)
 			continue;
-		const uint64_t *mk = member + (size_t)k * words;
-		if (k >= ns || !(mk[i / 64] >> (i % 64) & 1) || !(mk[j / 64] >> (j % 64) & 1)) {
-			rc = EMBER_EINVAL;
-			goto undo_mem;
-		}
-		ex_count[k] += b->g->counts[bk];
-		ex_bytes[k] += bucket_bytes(b, bk);
+		const uint64_t *mk = pb->member + (size_t)k * words;
+		if (k >= ns || !(mk[i / 64] >> (i % 64) & 1) || !(mk[j / 64] >> (j % 64) & 1))
+			return EMBER_EINVAL;
+		pb->ex_count[k] += b->g->counts[bk];
+		pb->ex_bytes[k] += bucket_bytes(b, bk);
 	}
-	/* memory: the largest two-neighbour union of held buckets, plus the example
-	 * arrays sized for the largest state */
-	uint64_t max_ex = 0, max_nodes = 0, max_union = 0;
-	for (uint32_t k = 0; k < ns; k++) {
+	return 0;
+}
+
+/* The bytes of the buckets held while state k trains: with all_edges, every
+ * bucket among its partitions and those the next state adds; else the two states'
+ * own buckets. */
+static uint64_t plan_union(struct ember_graph_buffer *b, const struct plan_build *pb, uint32_t k)
+{
+	uint32_t p = b->p, c = b->c, ns = pb->ns;
+	size_t words = pb->words;
+	if (!b->all_edges)
+		return pb->ex_bytes[k] + (k + 1 < ns ? pb->ex_bytes[k + 1] : 0);
+	const uint32_t *s = pb->states + (size_t)k * c;
+	const uint64_t *mn = k + 1 < ns ? pb->member + (size_t)(k + 1) * words : NULL;
+	uint64_t u = 0;
+	for (uint32_t a = 0; a < c; a++)
+		for (uint32_t d = 0; d < c; d++)
+			u += bucket_bytes(b, s[a] * p + s[d]);
+	if (mn) {
+		const uint32_t *t = pb->states + (size_t)(k + 1) * c;
+		const uint64_t *mk = pb->member + (size_t)k * words;
+		for (uint32_t a = 0; a < c; a++)
+			for (uint32_t d = 0; d < c; d++) {
+				uint32_t x = t[a], y = t[d];
+				bool both_old = (mk[x / 64] >> (x % 64) & 1) &&
+						(mk[y / 64] >> (y % 64) & 1);
+				if (!both_old)
+					u += bucket_bytes(b, x * p + y);
+			}
+	}
+	return u;
+}
+
+/* memory: the largest two-neighbour union of held buckets, plus the example
+ * arrays sized for the largest state */
+static void plan_sizes(struct ember_graph_buffer *b, struct plan_build *pb)
+{
+	uint32_t c = b->c;
+	for (uint32_t k = 0; k < pb->ns; k++) {
 		uint64_t nodes = 0;
 		for (uint32_t i = 0; i < c; i++)
-			if (first[states[(size_t)k * c + i]] == k)
-				nodes += part_examples(b, states[(size_t)k * c + i]);
-		if (nodes > max_nodes)
-			max_nodes = nodes;
-		if (ex_count[k] > max_ex)
-			max_ex = ex_count[k];
-		uint64_t u;
-		if (!b->all_edges) {
-			u = ex_bytes[k] + (k + 1 < ns ? ex_bytes[k + 1] : 0);
-		} else {
-			const uint32_t *s = states + (size_t)k * c;
-			const uint64_t *mn = k + 1 < ns ? member + (size_t)(k + 1) * words : NULL;
-			u = 0;
-			for (uint32_t a = 0; a < c; a++)
-				for (uint32_t d = 0; d < c; d++)
-					u += bucket_bytes(b, s[a] * p + s[d]);
-			if (mn) {
-				const uint32_t *t = states + (size_t)(k + 1) * c;
-				const uint64_t *mk = member + (size_t)k * words;
-				for (uint32_t a = 0; a < c; a++)
-					for (uint32_t d = 0; d < c; d++) {
-						uint32_t x = t[a], y = t[d];
-						bool both_old = (mk[x / 64] >> (x % 64) & 1) &&
-								(mk[y / 64] >> (y % 64) & 1);
-						if (!both_old)
-							u += bucket_bytes(b, x * p + y);
-					}
-			}
-		}
-		if (u > max_union)
-			max_union = u;
+			if (pb->first[pb->states[(size_t)k * c + i]] == k)
+				nodes += part_examples(b, pb->states[(size_t)k * c + i]);
+		if (nodes > pb->max_nodes)
+			pb->max_nodes = nodes;
+		if (pb->ex_count[k] > pb->max_ex)
+			pb->max_ex = pb->ex_count[k];
+		uint64_t u = plan_union(b, pb, k);
+		if (u > pb->max_union)
+			pb->max_union = u;
 	}
+}
+
+/* Does the plan fit the budget? Sets *ahead (states whose buckets are read ahead)
+ * and *need (the plan's memory). Returns 0 or EMBER_ENOSPC. */
+static int plan_fit(struct ember_graph_buffer *b, struct plan_build *pb, uint32_t *ahead,
+		    uint64_t *need)
+{
 	/* the example arrays: the current state's and the next one's, and the nodes */
-	uint64_t ex_mem = 2 * max_ex * sizeof(struct graph_example) + 8 * max_nodes;
+	uint64_t ex_mem = 2 * pb->max_ex * sizeof(struct graph_example) + 8 * pb->max_nodes;
 	/* besides buckets and examples, the budget holds the slots, the training nodes
 	 * (load_train) and update_async's row pointers (upd_cap; update.c keeps their
 	 * growth within the budget) */
@@ -1077,31 +1164,37 @@ int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *p
 		if (b->ents[i].bucket != GRAPH_NONE)
 			held += b->ents[i].bytes;
 	pthread_mutex_unlock(&b->mu);
-	if (b->budget && fixed + (held > max_union ? held : max_union) + ex_mem > b->budget) {
-		rc = EMBER_ENOSPC;
-		goto undo_mem;
-	}
+	if (b->budget &&
+	    fixed + (held > pb->max_union ? held : pb->max_union) + ex_mem > b->budget)
+		return EMBER_ENOSPC;
 	/* buckets further ahead (training mode, where a bucket belongs to one state):
 	 * the states of the horizon, when the largest window of that many states'
 	 * buckets fits the budget too; else the next state's only */
-	uint32_t ahead = 1, horizon_n = b->nslots - c;
+	uint32_t horizon_n = b->nslots - b->c;
+	*ahead = 1;
 	if (!b->all_edges && horizon_n > 1) {
 		uint64_t max_win = 0;
-		for (uint32_t k = 0; k < ns; k++) {
+		for (uint32_t k = 0; k < pb->ns; k++) {
 			uint64_t w = 0;
-			for (uint32_t j = k; j <= k + horizon_n && j < ns; j++)
-				w += ex_bytes[j];
+			for (uint32_t j = k; j <= k + horizon_n && j < pb->ns; j++)
+				w += pb->ex_bytes[j];
 			if (w > max_win)
 				max_win = w;
 		}
 		if (!b->budget || fixed + max_win + ex_mem <= b->budget) {
-			ahead = horizon_n;
-			max_union = max_win;
+			*ahead = horizon_n;
+			pb->max_union = max_win;
 		}
 	}
-	uint64_t need = plan_fixed + max_union + ex_mem;
-	/* the example and node arrays are sized to this plan, smaller ones too: the
-	 * budget check above counts this plan's, not the largest a plan ever had */
+	*need = plan_fixed + pb->max_union + ex_mem;
+	return 0;
+}
+
+/* The example and node arrays sized to this plan, smaller ones too: the budget
+ * check counts this plan's, not the largest a plan ever had. Returns 0 or
+ * EMBER_ENOMEM (the old arrays kept). */
+static int plan_arrays(struct ember_graph_buffer *b, uint64_t max_ex, uint64_t max_nodes)
+{
 	if (max_ex != b->ex_cap) {
 		/* no examples are being built ahead: the last state asked for none */
 		struct graph_example *ex = max_ex ? em_alloc(max_ex * sizeof(*ex)) : NULL,
@@ -1109,8 +1202,7 @@ int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *p
 		if (max_ex && (!ex || !ex2)) {
 			em_free(ex, 0);
 			em_free(ex2, 0);
-			rc = EMBER_ENOMEM;
-			goto undo_mem;
+			return EMBER_ENOMEM;
 		}
 		em_free(b->examples, 0);
 		em_free(b->ex_next, 0);
@@ -1124,10 +1216,8 @@ int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *p
 	}
 	if (max_nodes != b->nodes_cap) {
 		uint64_t *nx = max_nodes ? em_alloc(max_nodes * 8) : NULL;
-		if (max_nodes && !nx) {
-			rc = EMBER_ENOMEM;
-			goto undo_mem;
-		}
+		if (max_nodes && !nx)
+			return EMBER_ENOMEM;
 		em_free(b->nodes_ex, 0);
 		pthread_mutex_lock(&b->mu);
 		graph_mem_add(b, ((int64_t)max_nodes - (int64_t)b->nodes_cap) * 8);
@@ -1136,16 +1226,47 @@ int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *p
 		b->nodes_cap = max_nodes;
 		b->nnodes_ex = b->nodes_pos = 0;
 	}
+	return 0;
+}
+
+int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *plan)
+{
+	if (!b || !plan || !plan->states || !plan->bucket_state || plan->num_states == 0 ||
+	    plan->partitions != b->p || plan->capacity != b->c)
+		return EMBER_EINVAL;
+	uint32_t p = b->p, c = b->c;
+	pthread_mutex_lock(&b->mu);
+	if (b->have_plan) {
+		pthread_mutex_unlock(&b->mu);
+		return EMBER_ESTATE;
+	}
+	pthread_mutex_unlock(&b->mu);
+	/* only the trainer thread calls set_plan and next_state, so the plan fields may
+	 * be built outside the lock; of the background threads only the updater reads
+	 * them (prep_collect, under mu, while prep_want names a state), and no state is
+	 * wanted between epochs */
+	struct plan_build pb = {0};
+	uint32_t ahead = 1;
+	uint64_t need = 0;
+	int rc = plan_copy_check(b, plan, &pb);
+	if (rc < 0)
+		goto undo_mem;
+	plan_sizes(b, &pb);
+	rc = plan_fit(b, &pb, &ahead, &need);
+	if (rc == 0)
+		rc = plan_arrays(b, pb.max_ex, pb.max_nodes);
+	if (rc < 0)
+		goto undo_mem;
 	pthread_mutex_lock(&b->mu);
 	em_free(b->states, 0);
 	em_free(b->bucket_state, 0);
 	em_free(b->first_state, 0);
-	b->states = states;
-	b->bucket_state = bstate;
-	b->first_state = first;
-	states = NULL;
-	bstate = first = NULL;
-	b->nstates = ns;
+	b->states = pb.states;
+	b->bucket_state = pb.bstate;
+	b->first_state = pb.first;
+	pb.states = NULL;
+	pb.bstate = pb.first = NULL;
+	b->nstates = pb.ns;
 	b->bucket_ahead = ahead;
 	b->plan_need = need;
 	b->cur = -1;
@@ -1153,8 +1274,8 @@ int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *p
 	rc = b->error;
 	/* state 0's buckets are read now only if they fit beside what the last plan
 	 * still holds (its last state's buckets, freed by next_state(0)); else
-	 * next_state(0) reads them once it has freed those (reading them at once, an
-	 * epoch after the first went 13% over the budget here) */
+	 * next_state(0) reads them once it has freed those (an epoch after the first
+	 * went over the budget when they were read at once) */
 	uint64_t add = 0;
 	for (uint32_t i = 0; i < c; i++)
 		for (uint32_t j = 0; j < c; j++) {
@@ -1168,12 +1289,7 @@ int ember_graph_buffer_set_plan(ember_graph_buffer *b, const ember_graph_plan *p
 		rc = EMBER_ENOSPC;
 	pthread_mutex_unlock(&b->mu);
 undo_mem:
-	em_free(member, 0);
-	em_free(states, 0);
-	em_free(bstate, 0);
-	em_free(first, 0);
-	em_free(ex_count, 0);
-	em_free(ex_bytes, 0);
+	plan_build_free(&pb);
 	return rc;
 }
 

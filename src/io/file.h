@@ -55,7 +55,7 @@ struct em_file {
 #define EM_FILE_CREATE 0x1
 #define EM_FILE_TRUNCATE 0x2
 #define EM_FILE_READONLY 0x4
-/* Segmented and writable: take up the spare files an earlier open left (file.c
+/* Segmented and writable: take up the spare files an earlier open left (segment.c
  * invariant 6) instead of removing them, and leave them at close. */
 #define EM_FILE_KEEP_SPARES 0x8
 
@@ -68,14 +68,14 @@ int em_file_open(struct em_file *f, const char *path, int flags);
  * for seg_bits out of range). */
 int em_file_open_segmented(struct em_file *f, const char *path, int flags, uint32_t seg_bits);
 /* Segmented, opened with EM_FILE_CREATE: keep up to max_spares (at most 64) files
- * of segments removed whole and reuse them as the next segments created (file.c
+ * of segments removed whole and reuse them as the next segments created (segment.c
  * invariant 5); 0 turns it off. A read through a descriptor loaded before a
  * removal may then see a later segment's bytes: callers check after the read that
  * its range is still theirs. Call before any I/O. */
 void em_file_set_recycle(struct em_file *f, uint32_t max_spares);
 /* Segmented, recycling: write spare files full of zeros until there are n spares
  * (at most the recycling limit), so that the next n segments created overwrite
- * blocks written before (file.c invariant 6). Synchronous: n segments' bytes of
+ * blocks written before (segment.c invariant 6). Synchronous: n segments' bytes of
  * writes, up to 8 MiB each. Call before any I/O. 0 or -errno (a spare being
  * written when it fails is removed; the spares written before it are kept). */
 int em_file_prewrite_spares(struct em_file *f, uint32_t n);

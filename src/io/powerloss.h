@@ -6,7 +6,7 @@
  *
  * Compiled only into the test library ember_plsim (meson: EMBER_POWERLOSS_SIM=1);
  * libember and the internal library used by other tests have none of it: the
- * hooks in file.c are #if'ed out, so the release library pays nothing.
+ * hooks in src/io (file.c, ring.c, segment.c) are #if'ed out, so the release library pays nothing.
  *
  * What is remembered, while armed:
  *   - every write, punch-hole and truncating open of a file, until an fsync of
@@ -79,7 +79,7 @@ const char *em_powerloss_trace_line(size_t i);
 size_t em_powerloss_trace_count(void);
 void em_powerloss_trace_clear(void);
 
-/* ---- the hooks file.c calls (while armed; each returns at once otherwise) ---- */
+/* ---- the hooks src/io calls (while armed; each returns at once otherwise) ---- */
 int em_pl_armed(void);
 /* A write or punch (data NULL: zeros) of [off, off + len) of fd, queued on ring
  * with ud: before the request is handed to the kernel. */

@@ -1,6 +1,6 @@
 /*
  * checkpoint.h - checkpoints and recovery (private to the store; protocol in
- * checkpoint.c and docs/checkpoint.md).
+ * checkpoint.c, recovery.c and docs/checkpoint.md).
  */
 #ifndef EMBER_STORE_CHECKPOINT_H
 #define EMBER_STORE_CHECKPOINT_H

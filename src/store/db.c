@@ -525,21 +525,17 @@ static void log_close(struct em_file *file, struct hlog **l)
 	em_file_close(file);
 }
 
-int ember_open(const char *dir, const ember_options *opts, ember_db **out)
+/* The handle of the store in dir, its directory made (and its entry durable) and
+ * locked. Returns 0 with *out, or an error with nothing left behind. */
+static int open_dir(const char *dir, const ember_options *opts, struct ember_db **out)
 {
-	int rc;
-	if (!out)
-		return EMBER_EINVAL;
-	*out = NULL;
-	if (!dir || !*dir)
-		return EMBER_EINVAL;
 	struct ember_db *db = em_zalloc(sizeof(*db));
 	if (!db)
 		return EMBER_ENOMEM;
 	db->lock_fd = -1;
 	pthread_mutex_init(&db->sess_mu, NULL);
 	pthread_mutex_init(&db->err_mu, NULL);
-	rc = options_resolve(opts, &db->opts);
+	int rc = options_resolve(opts, &db->opts);
 	if (rc < 0)
 		goto undo_db;
 	db->readonly = (db->opts.flags & EMBER_OPEN_READONLY) != 0;
@@ -559,48 +555,121 @@ int ember_open(const char *dir, const ember_options *opts, ember_db **out)
 	rc = lock_dir(db);
 	if (rc < 0)
 		goto undo_db;
-	struct store_geometry geo;
-	int recover = 0;
-	rc = super_step(db, 0, &geo, &recover);
+	*out = db;
+	return 0;
+undo_db:
+	db_free(db);
+	return rc;
+}
+
+/* What the open starts from: the superblock's geometry (*recover: there is one),
+ * and the checkpoint to recover from (*found, m); a new store's old checkpoints
+ * removed. Sets up the checkpoint state (ckpt_init), and frees it on failure.
+ * Returns 0 or an error. */
+static int open_find_state(struct ember_db *db, struct store_geometry *geo, int *recover,
+			   struct ckpt_meta *m, int *found)
+{
+	int rc = super_step(db, 0, geo, recover);
 	if (rc < 0)
-		goto undo_lock;
+		return rc;
 	/* before anything changes on disk: the store's own segment size, or the new one's */
 	if ((db->opts.flags & EMBER_OPEN_PREWRITE_LOG) &&
-	    !(recover ? geo.log_segment_bytes : db->opts.log_segment_bytes)) {
+	    !(*recover ? geo->log_segment_bytes : db->opts.log_segment_bytes)) {
 		db_report(db, "%s: EMBER_OPEN_PREWRITE_LOG needs a store in segment files "
 			      "(log_segment_bytes)", db->dir);
-		rc = EMBER_EINVAL;
-		goto undo_lock;
+		return EMBER_EINVAL;
 	}
 	rc = ckpt_init(db);
 	if (rc < 0)
-		goto undo_lock;
-	struct ckpt_meta m;
-	int found = 0;
-	if (recover) {
+		return rc;
+	if (*recover) {
 		/* the store's geometry, whatever the options say */
-		db->opts.page_size = (uint32_t)geo.page_size;
-		db->opts.index_buckets = geo.index_buckets;
-		db->opts.cold_index_chunks = geo.cold_index_chunks;
-		db->opts.cold_chunk_bytes = (uint32_t)geo.cold_chunk_bytes;
-		db->opts.log_segment_bytes = geo.log_segment_bytes;
+		db->opts.page_size = (uint32_t)geo->page_size;
+		db->opts.index_buckets = geo->index_buckets;
+		db->opts.cold_index_chunks = geo->cold_index_chunks;
+		db->opts.cold_chunk_bytes = (uint32_t)geo->cold_chunk_bytes;
+		db->opts.log_segment_bytes = geo->log_segment_bytes;
 		/* checked against the options' page size; the store's own counts */
-		if (db->opts.read_cache_memory && db->opts.read_cache_memory / geo.page_size < 8) {
+		if (db->opts.read_cache_memory && db->opts.read_cache_memory / geo->page_size < 8) {
 			db_report(db, "%s: read_cache_memory %llu is under 8 of the store's %llu-byte pages",
 				  db->dir, (unsigned long long)db->opts.read_cache_memory,
-				  (unsigned long long)geo.page_size);
+				  (unsigned long long)geo->page_size);
 			rc = EMBER_EINVAL;
-			goto undo_ckpt;
+		} else {
+			rc = ckpt_find(db, geo, m, found);
 		}
-		rc = ckpt_find(db, &geo, &m, &found);
-		if (rc < 0)
-			goto undo_ckpt;
 	} else {
 		rc = ckpt_remove_all(db);
-		if (rc < 0)
-			goto undo_ckpt;
 	}
+	if (rc < 0)
+		ckpt_free(db);
+	return rc;
+}
 
+/* The three logs, at m's extents (NULL: a new store), the hot log's spares set up.
+ * Returns 0, or an error with none of them open. */
+static int open_logs(struct ember_db *db, const struct layout *lay, const struct ckpt_meta *m)
+{
+	int prewrite = (db->opts.flags & EMBER_OPEN_PREWRITE_LOG) != 0;
+	int rc = log_open(db, HOT_NAME, lay->hot_mem, db->opts.mutable_fraction,
+			  m ? m->hot_begin : 0, m ? m->hot_end : 0, prewrite, &db->hot_file,
+			  &db->hot);
+	if (rc < 0)
+		return rc;
+	/* the hot log reuses its released segment files (segment.c invariant 5), so its
+	 * appends overwrite blocks written before (docs/graph.md); the spares it keeps
+	 * hold at most its disk budget again */
+	if (db->opts.log_segment_bytes && !db->readonly)
+		em_file_set_recycle(&db->hot_file, lay->hot_budget / db->opts.log_segment_bytes);
+	if (prewrite) {
+		/* spares for every segment the log may take before it reaches its budget
+		 * (segment.c invariant 6); those an earlier open kept count */
+		uint64_t seg = db->opts.log_segment_bytes, begin = m ? m->hot_begin : 0;
+		uint64_t tail = m ? m->hot_end : 0;
+		uint64_t live = tail > begin ? (tail - 1) / seg - begin / seg + 1 : 0;
+		uint64_t want = lay->hot_budget / seg > live ? lay->hot_budget / seg - live : 0;
+		rc = em_file_prewrite_spares(&db->hot_file, want < UINT32_MAX ? (uint32_t)want : UINT32_MAX);
+		if (rc < 0) {
+			db_report(db, "%s: writing the hot log's spare segments ahead failed: %s",
+				  db->dir, ember_strerror(rc));
+			goto undo_hot;
+		}
+	}
+	/* the cold and chunk logs are appended to, never updated in place (chunks are
+	 * CAS'd in place only while mutable): keep their mutable regions small */
+	rc = log_open(db, COLD_NAME, lay->cold_mem, 0.25, m ? m->cold_begin : 0,
+		      m ? m->cold_end : 0, 0, &db->cold_file, &db->cold);
+	if (rc < 0)
+		goto undo_hot;
+	rc = log_open(db, CHUNK_NAME, lay->chunk_mem, 0.5, m ? m->chunk_begin : 0,
+		      m ? m->chunk_end : 0, 0, &db->chunk_file, &db->chunks);
+	if (rc < 0)
+		goto undo_cold;
+	return 0;
+undo_cold:
+	log_close(&db->cold_file, &db->cold);
+undo_hot:
+	log_close(&db->hot_file, &db->hot);
+	return rc;
+}
+
+int ember_open(const char *dir, const ember_options *opts, ember_db **out)
+{
+	if (!out)
+		return EMBER_EINVAL;
+	*out = NULL;
+	if (!dir || !*dir)
+		return EMBER_EINVAL;
+	struct ember_db *db;
+	int rc = open_dir(dir, opts, &db);
+	if (rc < 0)
+		return rc;
+	struct store_geometry geo;
+	struct ckpt_meta m;
+	int recover = 0, found = 0;
+	rc = open_find_state(db, &geo, &recover, &m, &found);
+	if (rc < 0)
+		goto undo_lock;
 	struct layout lay;
 	rc = layout_resolve(&db->opts, recover ? &geo : NULL, &lay);
 	if (rc < 0)
@@ -614,44 +683,12 @@ int ember_open(const char *dir, const ember_options *opts, ember_db **out)
 	rc = hi_init(&db->index, db->opts.index_buckets);
 	if (rc < 0)
 		goto undo_epoch;
-	int prewrite = (db->opts.flags & EMBER_OPEN_PREWRITE_LOG) != 0;
-	rc = log_open(db, HOT_NAME, lay.hot_mem, db->opts.mutable_fraction,
-		      found ? m.hot_begin : 0, found ? m.hot_end : 0, prewrite, &db->hot_file,
-		      &db->hot);
+	rc = open_logs(db, &lay, found ? &m : NULL);
 	if (rc < 0)
 		goto undo_index;
-	/* the hot log reuses its released segment files (file.c invariant 5), so its
-	 * appends overwrite blocks written before (docs/graph.md); the spares it keeps
-	 * hold at most its disk budget again */
-	if (db->opts.log_segment_bytes && !db->readonly)
-		em_file_set_recycle(&db->hot_file, lay.hot_budget / db->opts.log_segment_bytes);
-	if (prewrite) {
-		/* spares for every segment the log may take before it reaches its budget
-		 * (file.c invariant 6); those an earlier open kept count */
-		uint64_t seg = db->opts.log_segment_bytes, begin = found ? m.hot_begin : 0;
-		uint64_t tail = found ? m.hot_end : 0;
-		uint64_t live = tail > begin ? (tail - 1) / seg - begin / seg + 1 : 0;
-		uint64_t want = lay.hot_budget / seg > live ? lay.hot_budget / seg - live : 0;
-		rc = em_file_prewrite_spares(&db->hot_file, want < UINT32_MAX ? (uint32_t)want : UINT32_MAX);
-		if (rc < 0) {
-			db_report(db, "%s: writing the hot log's spare segments ahead failed: %s",
-				  db->dir, ember_strerror(rc));
-			goto undo_hot;
-		}
-	}
-	/* the cold and chunk logs are appended to, never updated in place (chunks are
-	 * CAS'd in place only while mutable): keep their mutable regions small */
-	rc = log_open(db, COLD_NAME, lay.cold_mem, 0.25, found ? m.cold_begin : 0,
-		      found ? m.cold_end : 0, 0, &db->cold_file, &db->cold);
-	if (rc < 0)
-		goto undo_hot;
-	rc = log_open(db, CHUNK_NAME, lay.chunk_mem, 0.5, found ? m.chunk_begin : 0,
-		      found ? m.chunk_end : 0, 0, &db->chunk_file, &db->chunks);
-	if (rc < 0)
-		goto undo_cold;
 	rc = ci_init(&db->cidx, db->opts.cold_index_chunks, db->opts.cold_chunk_bytes, db->chunks);
 	if (rc < 0)
-		goto undo_chunks;
+		goto undo_logs;
 	rc = ci_cache_init(&db->cidx, lay.cache_mem);
 	if (rc < 0)
 		goto undo_cidx_only;
@@ -698,11 +735,9 @@ undo_rc:
 	rc_close(db);
 undo_cidx_only:
 	ci_destroy(&db->cidx);
-undo_chunks:
+undo_logs:
 	log_close(&db->chunk_file, &db->chunks);
-undo_cold:
 	log_close(&db->cold_file, &db->cold);
-undo_hot:
 	log_close(&db->hot_file, &db->hot);
 undo_index:
 	hi_destroy(&db->index);
@@ -712,7 +747,6 @@ undo_ckpt:
 	ckpt_free(db);
 undo_lock:
 	close(db->lock_fd);
-undo_db:
 	db_free(db);
 	return rc;
 }

@@ -17,7 +17,7 @@
  *     (the moved record is reachable from there again); only a failed check above
  *     begin reports EMBER_ECORRUPT. A read of an address that fell below begin
  *     while it was in flight restarts the same way, whatever it brought back: the
- *     hot log's released segment files are reused (file.c invariant 5), so it may
+ *     hot log's released segment files are reused (segment.c invariant 5), so it may
  *     hold a newer record that passes every check.
  *  3. A lookup's I/O slot is reused for its next read at once (chain hop or the
  *     next phase), so lookups never queue behind each other for slots.
@@ -326,7 +326,7 @@ static void on_read(struct lookup_run *run, uint32_t idx, int res)
 	if (l->addr < hlog_load(&phase_log(db, l->phase)->begin)) {
 		/* released while the read was in flight: it failed (a segment removed
 		 * under it), or what came back may be another segment's newer bytes (a
-		 * recycled file, file.c invariant 5), however well-formed; back to the
+		 * recycled file, segment.c invariant 5), however well-formed; back to the
 		 * index (note 2) */
 		next = bad_record(run, l);
 		goto out;

@@ -223,7 +223,7 @@ struct ember_db {
 	uint64_t gone_comp_ios, gone_comp_bytes;
 	uint32_t open_sessions;
 	int readonly;     /* EMBER_OPEN_READONLY: no writes, compaction or checkpoints */
-	struct ckpt *ck;  /* checkpoints and recovery (checkpoint.c) */
+	struct ckpt *ck;  /* checkpoints and recovery (checkpoint_int.h) */
 	ember_recovery_info recovery;
 	pthread_mutex_t err_mu; /* guards err_detail, has_err */
 	char err_detail[256];

@@ -1,5 +1,5 @@
 /*
- * test_ckpt_choice.c - which checkpoint recovery takes (checkpoint.c, ckpt_find):
+ * test_ckpt_choice.c - which checkpoint recovery takes (recovery.c, ckpt_find):
  *
  *   copy     a checkpoint's directory copied under a newer id, its meta still
  *            naming the old one (a restored backup): skipped as damaged; the real

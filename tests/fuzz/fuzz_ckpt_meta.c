@@ -1,6 +1,6 @@
 /*
  * fuzz_ckpt_meta.c - libFuzzer target: ckpt_meta_parse, the decoder of a checkpoint's
- * meta file (src/store/checkpoint.c; layout in docs/format.md 7.6).
+ * meta file (src/store/checkpoint_meta.c; layout in docs/format.md 7.6).
  *
  * Byte 0 of an input chooses whether its checksum (the last 8 bytes of a
  * 4096-byte meta) is recomputed first (odd: yes), so most inputs get past the

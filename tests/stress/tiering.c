@@ -22,10 +22,10 @@
  *               byte checked, never older than already seen) while the hot log, in
  *               32 MiB segment files with a 64 MiB budget and its spares written
  *               ahead (EMBER_OPEN_PREWRITE_LOG), turns over several times: its
- *               released segments' files come back as new segments (file.c
+ *               released segments' files come back as new segments (segment.c
  *               invariants 5 and 6) under readers that may still read through the
  *               old descriptors (lookup.c note 2); ember_verify runs in a loop
- *               meanwhile and must find nothing wrong (scan.c note 11).
+ *               meanwhile and must find nothing wrong (verify.c note 11).
  *
  * Extra arguments: "rc" turns the read cache on; "seg" keeps the logs in segment
  * files of 32 MiB (ember_options.log_segment_bytes): released space goes back by
@@ -465,7 +465,7 @@ static unsigned hot_files(const char *dir, const char *prefix, uint64_t *highest
 }
 
 /* ember_verify in a loop while the workers write and compaction releases and
- * recycles segments: every pass must find nothing wrong (scan.c note 11: a window
+ * recycles segments: every pass must find nothing wrong (verify.c note 11: a window
  * read while its space was released may hold a newer segment's records). */
 static _Atomic int rc_done; /* relaxed: a flag alone */
 static unsigned rc_verifies;

@@ -19,7 +19,7 @@
  * segment created reuses its file (the same inode), and every key keeps its newest
  * value through more passes and a reopen; a segment file below the log's begin (as
  * a crash can bring one back) is removed by the reopen.
- * EMBER_OPEN_PREWRITE_LOG (file.c invariant 6): the open writes spare segment
+ * EMBER_OPEN_PREWRITE_LOG (segment.c invariant 6): the open writes spare segment
  * files for the hot log's budget, the log's first segments take them, close keeps
  * the rest and the next open with the flag takes them up without writing again
  * (one cut short while closed is replaced); an open without the flag removes them.
@@ -284,7 +284,7 @@ static ino_t seg_ino(const char *dir, unsigned n)
 }
 
 /* Segment files: the pass removes the first segment whole, and the segment the
- * next writes create reuses its file (file.c invariant 5); every key keeps its
+ * next writes create reuses its file (segment.c invariant 5); every key keeps its
  * newest value through more passes and a reopen. */
 static void test_recycled_segments(const char *dir)
 {

@@ -494,7 +494,7 @@ static unsigned spares(const char *path)
 	return n;
 }
 
-/* em_file_set_recycle (file.c invariant 5): segments removed whole become spares, and
+/* em_file_set_recycle (segment.c invariant 5): segments removed whole become spares, and
  * the next segments created take them (the same inodes, the new bytes, blocks
  * already allocated); a partial release punches nothing; a segment file that
  * exists on disk is never replaced by a spare; spares go at close and at open. */
@@ -590,7 +590,7 @@ static void make_file(const char *name, uint64_t size, int write)
 	close(fd);
 }
 
-/* Spares written ahead and kept across opens (file.c invariant 6). */
+/* Spares written ahead and kept across opens (segment.c invariant 6). */
 static void kept_spares(const char *path)
 {
 	struct em_file f, one;

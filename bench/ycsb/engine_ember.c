@@ -250,15 +250,17 @@ static void ee_stats(void *db, char *out, size_t cap)
 		 "hot log %" PRIu64 " records (%" PRIu64 " MiB on disk), cold log %" PRIu64
 		 " records (%" PRIu64 " MiB on disk); user reads from hot memory %" PRIu64
 		 ", hot disk %" PRIu64 ", cold memory %" PRIu64 ", cold disk %" PRIu64
-		 ", read cache %" PRIu64 " (%" PRIu64 " MiB); chunk reads saved by the cold "
-		 "entry cache %" PRIu64 " (%" PRIu64 " MiB)"
+		 ", read cache %" PRIu64 " (%" PRIu64 " MiB); cold lookups %" PRIu64
+		 ": chunk reads %" PRIu64 ", record reads %" PRIu64 ", chunk cache hits %" PRIu64
+		 " (%" PRIu64 " MiB), %.3f disk reads per cold lookup"
 		 "; disk reads %" PRIu64 " (%.0f B per user read); compactions %" PRIu64
 		 " hot, %" PRIu64 " cold; write amplification %.2f; hash index %" PRIu64
 		 " MiB, cold index %" PRIu64 " MiB",
 		 s.hot.records, s.hot.bytes_disk >> 20, s.cold.records, s.cold.bytes_disk >> 20,
 		 s.hot.reads_memory, s.hot.reads_disk, s.cold.reads_memory, s.cold.reads_disk,
-		 s.read_cache_hits, s.read_cache_bytes >> 20, s.cold_cache_hits,
-		 s.cold_cache_bytes >> 20, s.disk_reads, s.read_amplification, s.hot.compactions, s.cold.compactions,
+		 s.read_cache_hits, s.read_cache_bytes >> 20, s.cold_lookups, s.cold_chunk_reads,
+		 s.cold_record_reads, s.cold_cache_hits, s.cold_cache_bytes >> 20,
+		 s.disk_reads_per_cold_lookup, s.disk_reads, s.read_amplification, s.hot.compactions, s.cold.compactions,
 		 s.write_amplification, s.index_bytes >> 20, s.cold_index_bytes >> 20);
 }
 

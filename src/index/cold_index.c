@@ -41,36 +41,46 @@ void ci_destroy(struct cold_index *ci)
 
 int ci_cache_init(struct cold_index *ci, uint64_t bytes)
 {
-	uint64_t n = bytes / sizeof(struct ci_cache_slot);
+	uint64_t slot = sizeof(struct ci_cache_slot) + ci->chunk_bytes;
+	uint64_t n = bytes / slot;
+	if (n > ci->nchunks)
+		n = ci->nchunks; /* note 7: one slot per chunk is all a cache can use */
 	if (!n)
 		return 0;
-	size_t len = (size_t)(n * sizeof(struct ci_cache_slot));
-	/* zero pages: every slot starts empty (tag 0 names no chunk copy) */
+	size_t len = (size_t)(n * slot);
+	/* zero pages: every slot starts empty (address 0 names no chunk copy) */
 	void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (m == MAP_FAILED)
 		return EMBER_ENOMEM;
 	ci->cache = m;
 	ci->cache_slots = n;
+	ci->slot_bytes = slot;
 	ci->cache_bytes = len;
 	return 0;
 }
 
-void ci_cache_put(struct cold_index *ci, uint64_t hash, uint64_t chunk_addr, uint64_t entry)
+void ci_cache_put(struct cold_index *ci, uint64_t chunk, uint64_t chunk_addr,
+		  const _Atomic uint64_t *words)
 {
-	if (!ci->cache)
+	if (!ci->cache || !chunk_addr)
 		return;
-	struct ci_cache_slot *sl = ci_cache_slot_of(ci, hash);
+	struct ci_cache_slot *sl = ci_cache_slot_of(ci, chunk);
 	/* relaxed: the CAS below decides */
 	uint64_t s1 = atomic_load_explicit(&sl->seq, memory_order_relaxed);
 	if (s1 & 1)
 		return;
-	/* acquire: the word stores below stay after taking the slot */
-	if (!atomic_compare_exchange_strong_explicit(&sl->seq, &s1, s1 + 1, memory_order_acquire,
+	/* relaxed: the fence below orders the stores after taking the slot */
+	if (!atomic_compare_exchange_strong_explicit(&sl->seq, &s1, s1 + 1, memory_order_relaxed,
 						     memory_order_relaxed))
 		return;
-	/* release (both): a reader that loads either new word sees the odd sequence */
-	atomic_store_explicit(&sl->tag, ci_cache_tag(ci, chunk_addr, hash), memory_order_release);
-	atomic_store_explicit(&sl->entry, entry, memory_order_release);
+	/* release fence: a reader that sees any store below also sees the odd sequence */
+	atomic_thread_fence(memory_order_release);
+	/* relaxed: published by the even sequence below */
+	atomic_store_explicit(&sl->addr, chunk_addr, memory_order_relaxed);
+	for (uint32_t i = 0; i < ci->entries; i++)
+		/* relaxed (both): words is immutable; published by the even sequence */
+		atomic_store_explicit(&sl->words[i], atomic_load_explicit(&words[i], memory_order_relaxed),
+				      memory_order_relaxed);
 	/* release: the new words are visible before the even sequence */
 	atomic_store_explicit(&sl->seq, s1 + 2, memory_order_release);
 }

@@ -51,6 +51,9 @@ int ember_stats_get(ember_db *db, ember_stats *out)
 		out->user_writes += ld(&s->st.user_records);
 		out->user_bytes_written += ld(&s->st.user_bytes);
 		out->cold_cache_hits += ld(&s->st.ci_hits);
+		out->cold_lookups += ld(&s->st.cold_lookups);
+		out->cold_chunk_reads += ld(&s->st.chunk_reads);
+		out->cold_record_reads += ld(&s->st.cold_rec_reads);
 	}
 	pthread_mutex_unlock(&db->sess_mu);
 	out->hot.reads_memory = reads[TIER_HOT_MEM];
@@ -82,6 +85,9 @@ int ember_stats_get(ember_db *db, ember_stats *out)
 					   (double)out->user_bytes_written;
 	if (out->user_reads)
 		out->read_amplification = (double)out->disk_bytes_read / (double)out->user_reads;
+	if (out->cold_lookups)
+		out->disk_reads_per_cold_lookup = (double)(out->cold_chunk_reads + out->cold_record_reads) /
+						  (double)out->cold_lookups;
 	if (out->cold.records)
 		out->cold_index_bytes_per_key = (double)out->cold_index_bytes / (double)out->cold.records;
 	return 0;

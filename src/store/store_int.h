@@ -55,6 +55,7 @@ enum { LK_HOT = 0, LK_CHUNK = 1, LK_COLD = 2 };
 #define LK_BIG_CAP 0x10  /* the caller's buffer is large: its record sizes feed want_hint */
 #define LK_COPIED 0x20   /* found on disk: its value is already in dst (rec_checksum_copy) */
 #define LK_KEY_ONLY 0x40 /* compaction liveness: the key's record is known by its head */
+#define LK_COLD_SEEN 0x80 /* counted once as a cold lookup (sess_stats.cold_lookups) */
 #define LK_FROM_INDEX UINT64_MAX /* addr sentinel: start at the phase's index */
 
 struct lookup {
@@ -96,7 +97,10 @@ struct sess_stats {
 	_Atomic uint64_t user_reads; /* get / get_batch keys */
 	_Atomic uint64_t user_bytes; /* record bytes appended by user writes */
 	_Atomic uint64_t user_records;
-	_Atomic uint64_t ci_hits;    /* chunk reads saved by the cold index's entry cache */
+	_Atomic uint64_t ci_hits;    /* chunk reads saved by the cold index's chunk cache */
+	_Atomic uint64_t cold_lookups; /* lookups that reached a written chunk of the cold index */
+	_Atomic uint64_t chunk_reads;  /* disk reads of hash chunks */
+	_Atomic uint64_t cold_rec_reads; /* disk reads of cold-log records */
 };
 enum { TIER_HOT_MEM, TIER_HOT_DISK, TIER_COLD_MEM, TIER_COLD_DISK, TIER_RC };
 
@@ -193,6 +197,7 @@ struct ember_db {
 	struct hlog *chunks;
 	struct hlog *rc; /* the read cache (memory only), NULL when off */
 	uint64_t rc_cursor; /* rc_evict: records below are done (its worker only) */
+	uint64_t chunk_cursor; /* chunk_evict: likewise for the chunk log (UINT64_MAX: off) */
 	struct cold_index cidx;
 	uint64_t max_record;      /* largest record the hot log accepts */
 	uint64_t cold_max_record; /* and the cold log */
@@ -401,6 +406,10 @@ int cold_chunk_cas(ember_session *s, uint64_t hash, uint64_t expected, uint64_t 
  * on races). Otherwise only if the chain's entry still equals expected: returns 1,
  * nothing linked, when it changed. Caller protected. Returns 0, 1, or an error. */
 int cold_insert(ember_session *s, uint64_t hash, struct record *src, uint64_t expected);
+
+/* Hook the chunk cache's fill to the chunk log's eviction (cold_index.h, note 6a).
+ * At open, after ci_cache_init and before anything is written. */
+void chunk_cache_attach(struct ember_db *db);
 
 /* Create a session (internal: the library's own, not counted as open). */
 int session_create(ember_db *db, int internal, ember_session **out);

@@ -89,9 +89,10 @@ static int ee_open(const ycsb_engine_params *p, void **db, char *settings, size_
 					     ? p->index_buckets
 					     : pow2_ceil(p->records / 4 > 0 ? p->records / 4 : 1);
 	}
-	/* the caches: what was asked; by default, larger than memory, a third of the
-	 * budget for the read cache and a sixth for the entry cache (the split that
-	 * measured best for YCSB A, B and C at 2M x 100 B in 24 MiB: bench/README.md) */
+	/* the caches: what was asked; by default, larger than memory, the chunk cache
+	 * takes what is left, up to what holds every chunk, and the read cache the
+	 * rest (at 2M x 100 B in 24 MiB, 14 MiB of chunk cache and no read cache ran
+	 * C at 2.7x the ops/s of 4 MiB and 8 MiB: bench/results/2026-11-27-cold-reads.md) */
 	int split = p->bounded && !p->hot_log_only;
 	uint64_t page = opts.page_size, rc_mem = 0, cc_mem = 0;
 	if (split) {
@@ -103,9 +104,10 @@ static int ee_open(const ycsb_engine_params *p, void **db, char *settings, size_
 				(cold > 8 * page ? cold : 8 * page) + (chunk > 8 * page ? chunk : 8 * page) +
 				8 * page;
 		uint64_t left = p->mem_budget > need ? p->mem_budget - need : 0;
-		cc_mem = p->mem_budget / 6 <= left ? p->mem_budget / 6 : 0;
+		uint64_t all = opts.cold_index_chunks * (16 + (uint64_t)opts.cold_chunk_bytes);
+		cc_mem = all < left ? all : left;
 		left -= cc_mem;
-		rc_mem = (p->mem_budget / 3 < left ? p->mem_budget / 3 : left) / page * page;
+		rc_mem = left / page * page;
 		if (rc_mem < 8 * page)
 			rc_mem = 0; /* too small for the cache's 8 pages: off */
 	}

@@ -69,18 +69,16 @@ void ci_cache_put(struct cold_index *ci, uint64_t chunk, uint64_t chunk_addr,
 	uint64_t s1 = atomic_load_explicit(&sl->seq, memory_order_relaxed);
 	if (s1 & 1)
 		return;
-	/* relaxed: the fence below orders the stores after taking the slot */
-	if (!atomic_compare_exchange_strong_explicit(&sl->seq, &s1, s1 + 1, memory_order_relaxed,
+	/* acquire: the word stores below stay after taking the slot */
+	if (!atomic_compare_exchange_strong_explicit(&sl->seq, &s1, s1 + 1, memory_order_acquire,
 						     memory_order_relaxed))
 		return;
-	/* release fence: a reader that sees any store below also sees the odd sequence */
-	atomic_thread_fence(memory_order_release);
-	/* relaxed: published by the even sequence below */
-	atomic_store_explicit(&sl->addr, chunk_addr, memory_order_relaxed);
+	/* release (all): a reader that loads any new word sees the odd sequence */
+	atomic_store_explicit(&sl->addr, chunk_addr, memory_order_release);
 	for (uint32_t i = 0; i < ci->entries; i++)
-		/* relaxed (both): words is immutable; published by the even sequence */
+		/* relaxed load: words is immutable */
 		atomic_store_explicit(&sl->words[i], atomic_load_explicit(&words[i], memory_order_relaxed),
-				      memory_order_relaxed);
+				      memory_order_release);
 	/* release: the new words are visible before the even sequence */
 	atomic_store_explicit(&sl->seq, s1 + 2, memory_order_release);
 }

@@ -158,16 +158,14 @@ static inline int ci_cache_read(const struct cold_index *ci, uint64_t chunk, uin
 	uint64_t s1 = atomic_load_explicit(&sl->seq, memory_order_acquire);
 	if (s1 & 1)
 		return 0;
-	/* relaxed: checked by the sequence reload after the fence */
-	if (atomic_load_explicit(&sl->addr, memory_order_relaxed) != chunk_addr)
+	/* acquire (all): a word from a newer fill brings that fill's odd sequence with
+	 * it, and keeps the sequence load below from moving above these (no fences,
+	 * so ThreadSanitizer models every step) */
+	if (atomic_load_explicit(&sl->addr, memory_order_acquire) != chunk_addr)
 		return 0;
 	for (uint32_t k = 0; k < n; k++)
-		/* relaxed: checked by the sequence reload after the fence */
-		out[k] = atomic_load_explicit(&sl->words[i + k], memory_order_relaxed);
-	/* acquire fence: the loads above complete before the sequence is read again,
-	 * so a fill that overlapped them shows as a changed sequence */
-	atomic_thread_fence(memory_order_acquire);
-	/* relaxed: ordered by the fence */
+		out[k] = atomic_load_explicit(&sl->words[i + k], memory_order_acquire);
+	/* relaxed: ordered after the acquire loads above */
 	return atomic_load_explicit(&sl->seq, memory_order_relaxed) == s1;
 }
 

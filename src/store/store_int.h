@@ -50,7 +50,7 @@ struct io_slot {
 enum { LK_HOT = 0, LK_CHUNK = 1, LK_COLD = 2 };
 #define LK_HOT_ONLY 0x1  /* stop where the hot chain ends (compaction liveness) */
 #define LK_COLD_ONLY 0x2 /* start at the cold index (cold compaction liveness) */
-#define LK_FILL_RC 0x4   /* a user read: fill the read cache and the cold entry cache */
+#define LK_FILL_RC 0x4   /* a user read: fill the read cache */
 #define LK_CHUNK_ONLY 0x8 /* read the chunk at addr and stop (compaction prefetch) */
 #define LK_BIG_CAP 0x10  /* the caller's buffer is large: its record sizes feed want_hint */
 #define LK_COPIED 0x20   /* found on disk: its value is already in dst (rec_checksum_copy) */

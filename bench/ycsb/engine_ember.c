@@ -81,7 +81,8 @@ static int ee_open(const ycsb_engine_params *p, void **db, char *settings, size_
 							   : pow2_floor(p->mem_budget / 4 / 64);
 		opts.hot_disk_budget = pow2_ceil(opts.index_buckets) * 4 * rec;
 		opts.cold_disk_budget = 4 * p->records * rec;
-		opts.cold_index_chunks = pow2_ceil(p->records / 32 > 0 ? p->records / 32 : 1);
+		opts.cold_index_chunks = p->cold_chunks ? p->cold_chunks
+						       : pow2_ceil(p->records / 32 > 0 ? p->records / 32 : 1);
 	} else {
 		if (p->mem_budget != 0)
 			opts.log_memory = p->mem_budget;

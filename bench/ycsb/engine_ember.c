@@ -107,7 +107,8 @@ static int ee_open(const ycsb_engine_params *p, void **db, char *settings, size_
 				(cold > 8 * page ? cold : 8 * page) + (chunk > 8 * page ? chunk : 8 * page) +
 				8 * page;
 		uint64_t left = p->mem_budget > need ? p->mem_budget - need : 0;
-		uint64_t all = opts.cold_index_chunks * (16 + (uint64_t)opts.cold_chunk_bytes);
+		/* docs/cold_cache.md: 24 + cold_chunk_bytes / 2 bytes a chunk */
+		uint64_t all = opts.cold_index_chunks * (24 + (uint64_t)opts.cold_chunk_bytes / 2);
 		cc_mem = left - left / 3;
 		if (cc_mem > all)
 			cc_mem = all;

@@ -41,7 +41,7 @@ void ci_destroy(struct cold_index *ci)
 
 int ci_cache_init(struct cold_index *ci, uint64_t bytes)
 {
-	uint64_t slot = sizeof(struct ci_cache_slot) + ci->chunk_bytes;
+	uint64_t slot = CI_SLOT_BYTES(ci->chunk_bytes);
 	uint64_t n = bytes / slot;
 	if (n > ci->nchunks)
 		n = ci->nchunks; /* note 7: one slot per chunk is all a cache can use */
@@ -64,6 +64,20 @@ void ci_cache_put(struct cold_index *ci, uint64_t chunk, uint64_t chunk_addr,
 {
 	if (!ci->cache || !chunk_addr)
 		return;
+	/* note 9: the smallest and largest nonzero entry; relaxed: words is immutable */
+	uint64_t lo = UINT64_MAX, hi = 0;
+	for (uint32_t i = 0; i < ci->entries; i++) {
+		uint64_t w = atomic_load_explicit(&words[i], memory_order_relaxed);
+		if (!w)
+			continue;
+		if (w & 7)
+			return; /* not a record address: not cached */
+		lo = w < lo ? w : lo;
+		hi = w > hi ? w : hi;
+	}
+	if (hi && hi - lo >= (UINT64_C(1) << 35) - 8)
+		return; /* too wide for 4-byte words */
+	uint64_t base = hi ? lo >> 3 : 0;
 	struct ci_cache_slot *sl = ci_cache_slot_of(ci, chunk);
 	/* relaxed: the CAS below decides */
 	uint64_t s1 = atomic_load_explicit(&sl->seq, memory_order_relaxed);
@@ -75,10 +89,13 @@ void ci_cache_put(struct cold_index *ci, uint64_t chunk, uint64_t chunk_addr,
 		return;
 	/* release (all): a reader that loads any new word sees the odd sequence */
 	atomic_store_explicit(&sl->addr, chunk_addr, memory_order_release);
-	for (uint32_t i = 0; i < ci->entries; i++)
+	atomic_store_explicit(&sl->base, base, memory_order_release);
+	for (uint32_t i = 0; i < ci->entries; i++) {
 		/* relaxed load: words is immutable */
-		atomic_store_explicit(&sl->words[i], atomic_load_explicit(&words[i], memory_order_relaxed),
+		uint64_t w = atomic_load_explicit(&words[i], memory_order_relaxed);
+		atomic_store_explicit(&sl->words[i], w ? (uint32_t)((w >> 3) - base + 1) : 0,
 				      memory_order_release);
+	}
 	/* release: the new words are visible before the even sequence */
 	atomic_store_explicit(&sl->seq, s1 + 2, memory_order_release);
 }

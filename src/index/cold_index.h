@@ -52,8 +52,15 @@
  *     chunk no two chunks share a slot. A fill replaces whatever the slot held.
  *  8. Each slot is a seqlock (seq odd while a writer fills it): readers never
  *     wait and treat a slot being written as a miss; a writer that finds the
- *     slot taken skips its fill (fills are best effort). 16 bytes plus
- *     chunk_bytes a slot, memory-only, empty at open, counted in memory_budget.
+ *     slot taken skips its fill (fills are best effort). Memory-only, empty at
+ *     open, counted in memory_budget.
+ *  9. Compact words: a slot keeps each entry in 4 bytes, as 0 (empty) or
+ *     1 + (entry - base) / 8, where base is the copy's smallest nonzero entry
+ *     (cold-log records are 8-byte aligned). A copy whose nonzero entries span
+ *     2^35 - 8 bytes or more, or one with an entry not 8-byte aligned, is not
+ *     cached (a skipped fill), so every cached word decodes to exactly the entry
+ *     of the copy. A slot is CI_SLOT_BYTES(chunk_bytes) = 24 + chunk_bytes / 2
+ *     bytes: every chunk of a 2^16-chunk index in 9.5 MiB.
  *
  * Threads: every call is thread-safe; callers are epoch-protected sessions.
  */
@@ -66,12 +73,14 @@
 #include "log/hlog.h"
 #include "log/record.h"
 
-/* One chunk-cache slot (notes 5-8); chunk_bytes / 8 entry words follow it. */
+/* One chunk-cache slot (notes 5-9); chunk_bytes / 8 compact words follow it. */
 struct ci_cache_slot {
 	_Atomic uint64_t seq;     /* odd while a writer fills the slot */
 	_Atomic uint64_t addr;    /* chunk-log address of the copy held; 0: empty */
-	_Atomic uint64_t words[]; /* the copy's entries */
+	_Atomic uint64_t base;    /* the copy's smallest nonzero entry / 8 (note 9) */
+	_Atomic uint32_t words[]; /* the copy's entries, compact (note 9) */
 };
+#define CI_SLOT_BYTES(chunk_bytes) (sizeof(struct ci_cache_slot) + (uint64_t)(chunk_bytes) / 2)
 
 struct cold_index {
 	uint64_t nchunks;
@@ -83,7 +92,7 @@ struct cold_index {
 	struct hlog *log; /* the chunk log */
 	uint8_t *cache; /* chunk cache (note 5); NULL: off */
 	uint64_t cache_slots;
-	uint64_t slot_bytes; /* 16 + chunk_bytes */
+	uint64_t slot_bytes; /* CI_SLOT_BYTES(chunk_bytes) */
 	size_t cache_bytes;
 };
 
@@ -163,8 +172,11 @@ static inline int ci_cache_read(const struct cold_index *ci, uint64_t chunk, uin
 	 * so ThreadSanitizer models every step) */
 	if (atomic_load_explicit(&sl->addr, memory_order_acquire) != chunk_addr)
 		return 0;
-	for (uint32_t k = 0; k < n; k++)
-		out[k] = atomic_load_explicit(&sl->words[i + k], memory_order_acquire);
+	uint64_t base = atomic_load_explicit(&sl->base, memory_order_acquire);
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t w = atomic_load_explicit(&sl->words[i + k], memory_order_acquire);
+		out[k] = w ? (base + w - 1) << 3 : 0; /* note 9 */
+	}
 	/* relaxed: ordered after the acquire loads above */
 	return atomic_load_explicit(&sl->seq, memory_order_relaxed) == s1;
 }

@@ -168,7 +168,7 @@ static int layout_resolve(const ember_options *o, const struct store_geometry *g
 	 * 32nd of log_memory without one) that yields to the logs when the budget is
 	 * tight; never more than holds every chunk (cold_index.h, note 7) */
 	int cache_default = !o->cold_cache_memory;
-	uint64_t cache_all = o->cold_index_chunks * (16 + (uint64_t)o->cold_chunk_bytes);
+	uint64_t cache_all = o->cold_index_chunks * CI_SLOT_BYTES(o->cold_chunk_bytes);
 	lay->cache_mem = o->cold_cache_memory == EMBER_COLD_CACHE_OFF ? 0
 			 : !cache_default			     ? o->cold_cache_memory
 			 : o->memory_budget			     ? o->memory_budget / 4

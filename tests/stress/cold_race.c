@@ -216,9 +216,9 @@ int main(int argc, char **argv)
 	if (rc_on)
 		o.read_cache_memory = 512 << 10;
 	if (ccall)
-		o.cold_cache_memory = o.cold_index_chunks * (16 + o.cold_chunk_bytes);
+		o.cold_cache_memory = o.cold_index_chunks * (24 + o.cold_chunk_bytes / 2);
 	if (ccsmall)
-		o.cold_cache_memory = 61 * (16 + o.cold_chunk_bytes);
+		o.cold_cache_memory = 61 * (24 + o.cold_chunk_bytes / 2);
 	CHECK_OK(ember_open(dir, &o, &db));
 	pthread_t th[THREADS];
 	for (int i = 0; i < THREADS; i++)

@@ -836,7 +836,7 @@ static void budget_case(const char *dir, uint64_t budget, uint64_t cache, uint64
 	ember_stats st;
 	CHECK_OK(ember_stats_get(db, &st));
 	CHECK(st.index_bytes == index && st.read_cache_bytes == rc && st.cold_cache_bytes ==
-	      cache / (16 + o.cold_chunk_bytes) * (16 + o.cold_chunk_bytes) && st.cold_index_bytes == table + chunk + st.cold_cache_bytes,
+	      cache / (24 + o.cold_chunk_bytes / 2) * (24 + o.cold_chunk_bytes / 2) && st.cold_index_bytes == table + chunk + st.cold_cache_bytes,
 	      "budget %llu: index %llu (want %llu), read cache %llu (want %llu), chunk cache "
 	      "%llu (want %llu), cold index %llu (want %llu)", (unsigned long long)budget,
 	      (unsigned long long)st.index_bytes, (unsigned long long)index,
@@ -1008,7 +1008,7 @@ static void test_bad_options(void)
 		good[ng++].what = "1 MiB pages, 8 pages";
 	small_opts(&good[ng].o), good[ng].o.cold_cache_memory = EMBER_COLD_CACHE_OFF,
 		good[ng++].what = "no cold chunk cache";
-	small_opts(&good[ng].o), good[ng].o.cold_cache_memory = 600,
+	small_opts(&good[ng].o), good[ng].o.cold_cache_memory = 400,
 		good[ng++].what = "a cold chunk cache of 2 slots";
 	for (int i = 0; i < ng; i++) {
 		ember_db *db = NULL;

@@ -85,7 +85,7 @@ int main(int argc, char **argv)
 	CHECK(st.cold_cache_bytes == 0 && db->cidx.cache == NULL, "EMBER_COLD_CACHE_OFF: no cache");
 	CHECK_OK(ember_close(db));
 
-	uint64_t all = (uint64_t)CHUNKS * (16 + CHUNK_BYTES);
+	uint64_t all = (uint64_t)CHUNKS * CI_SLOT_BYTES(CHUNK_BYTES);
 	options(&o, all);
 	o.flags = EMBER_OPEN_TRUNCATE;
 	CHECK_OK(ember_open(dir, &o, &db));

@@ -4,7 +4,8 @@
  * increments made on it), and chunks that live mostly on disk (a chunk log of 512
  * KiB for 16384 chunks), so updates go through the copy-on-write path that reads a
  * chunk back from disk. And the chunk cache (cold_index.h, notes 5-8): exact
- * hits and misses, and a seqlock stress in which threads fill and read a small
+ * hits and misses, compact words (note 9: zeros, the widest span cached, wider
+ * or unaligned copies not cached), and a seqlock stress in which threads fill and read a small
  * cache at once: every hit must return the words of the chunk copy it asked for,
  * never a torn mix of two fills.
  */
@@ -62,7 +63,7 @@ static _Atomic long cache_hits;
  * address, another's words, or words of two fills) shows. */
 static uint64_t cache_word_of(uint64_t addr, uint32_t i)
 {
-	return ((addr * 0x9E3779B97F4A7C15u) ^ ((uint64_t)i << 40)) & EM_ADDR_MASK;
+	return EM_LOG_START + 8 * (((addr * 0x9E3779B97F4A7C15u) ^ ((uint64_t)i << 40)) & 0xFFFFFFF);
 }
 
 static void cache_fill(struct cold_index *ci, uint64_t chunk, uint64_t addr)
@@ -101,7 +102,7 @@ static void cache_test(void)
 {
 	struct cold_index *ci = &cache_ci;
 	CHECK_OK(ci_init(ci, 64, 256, NULL));
-	uint64_t slot = 16 + 256, e = 0;
+	uint64_t slot = CI_SLOT_BYTES(256), e = 0;
 	CHECK(ci_cache_get(ci, 1, EM_LOG_START, &e) == 0, "no cache: a miss");
 	cache_fill(ci, 0, EM_LOG_START); /* no cache: nothing to do */
 	CHECK_OK(ci_cache_init(ci, slot - 1)); /* under one slot: stays off */
@@ -123,6 +124,33 @@ static void cache_test(void)
 	cache_fill(ci, 40, 12288); /* the other chunk of the slot takes it */
 	CHECK(ci_cache_get(ci, h, 8192, &e) == 0, "a replaced copy misses");
 	CHECK(ci_cache_read(ci, 40, 12288, 0, 0, NULL) == 1, "a presence check hits");
+	ci_destroy(ci);
+
+	/* compact words (note 9): zeros, the widest span cached, too wide or unaligned
+	 * not cached */
+	CHECK_OK(ci_init(ci, 64, 256, NULL));
+	CHECK_OK(ci_cache_init(ci, slot * 64));
+	_Atomic uint64_t w[32];
+	uint64_t got[32];
+	uint64_t lo = (UINT64_C(1) << 40) + 8, wide = lo + (UINT64_C(1) << 35) - 16;
+	for (uint32_t i = 0; i < 32; i++)
+		atomic_init(&w[i], i % 3 == 0 ? 0 : i % 3 == 1 ? lo + 8 * (i - 1) : wide);
+	ci_cache_put(ci, 5, 4096, w);
+	CHECK(ci_cache_read(ci, 5, 4096, 0, 32, got) == 1, "a span under 2^35 - 8 is cached");
+	for (uint32_t i = 0; i < 32; i++)
+		CHECK(got[i] == atomic_load(&w[i]), "word %u decodes to %llx, was %llx", i,
+		      (unsigned long long)got[i], (unsigned long long)atomic_load(&w[i]));
+	atomic_store(&w[2], wide + 8); /* span 2^35 - 8 */
+	ci_cache_put(ci, 6, 8192, w);
+	CHECK(ci_cache_read(ci, 6, 8192, 0, 0, NULL) == 0, "too wide a span is not cached");
+	atomic_store(&w[2], lo + 4); /* not a record address */
+	ci_cache_put(ci, 7, 12288, w);
+	CHECK(ci_cache_read(ci, 7, 12288, 0, 0, NULL) == 0, "an unaligned entry is not cached");
+	for (uint32_t i = 0; i < 32; i++)
+		atomic_store(&w[i], 0);
+	ci_cache_put(ci, 8, 16384, w);
+	CHECK(ci_cache_get(ci, (UINT64_C(8) << 20) | (UINT64_C(9) << 8), 16384, &e) == 1 && e == 0,
+	      "an all-empty copy is cached and reads 0");
 	ci_destroy(ci);
 
 	/* at most one slot per chunk: a larger cache is cut to nchunks slots */

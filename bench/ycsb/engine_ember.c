@@ -90,12 +90,11 @@ static int ee_open(const ycsb_engine_params *p, void **db, char *settings, size_
 					     ? p->index_buckets
 					     : pow2_ceil(p->records / 4 > 0 ? p->records / 4 : 1);
 	}
-	/* the caches: what was asked; by default, larger than memory, a third of what
-	 * the store leaves for the read cache and the rest for the chunk cache, up to
-	 * what holds every chunk (the read cache gets anything beyond). At 2M x 100 B
-	 * in 24 MiB, C ran at 0.013 Mops/s with 10 MiB + 4 MiB, 0.011 with all 14 MiB
-	 * in the chunk cache, 0.004 with 4 MiB + 8 MiB in the same hour:
-	 * bench/results/2026-11-27-cold-reads.md */
+	/* the caches: what was asked; by default, larger than memory, two thirds of
+	 * what the store leaves for the chunk cache, up to what holds every chunk, and
+	 * the rest for the read cache. At 2M x 100 B in 24 MiB that is every chunk
+	 * (9.5 MiB) and a 5 MiB read cache: no chunk reads, and the read cache still
+	 * takes the Zipfian head (bench/results/2026-11-27-cold-reads.md) */
 	int split = p->bounded && !p->hot_log_only;
 	uint64_t page = opts.page_size, rc_mem = 0, cc_mem = 0;
 	if (split) {

@@ -197,12 +197,15 @@ typedef struct ember_options {
 	 * its cached copy. At least 8 pages when set (of the store's page size on a
 	 * reopen: EMBER_EINVAL otherwise). Default 0: off. */
 	uint64_t read_cache_memory;
-	/* Memory of the cold index's entry cache: for recently read cold keys, their
-	 * chain's entry in the hash chunk on disk (24 bytes each), so that reading such
-	 * a key again costs one disk read (the record) instead of two (chunk, record).
-	 * Counts in memory_budget. Default 0: a 32nd of memory_budget (or of
-	 * log_memory when no budget is set), less if the budget leaves no room;
-	 * EMBER_COLD_CACHE_OFF: none. */
+	/* Memory of the cold index's chunk cache: copies of hash chunks that left the
+	 * chunk log's memory (24 + cold_chunk_bytes / 2 bytes each, at most one per
+	 * chunk: cold_index_chunks * (24 + cold_chunk_bytes / 2) holds them all), filled
+	 * as chunks are evicted from the chunk log and as reads fetch them from disk,
+	 * so that a cold read costs one disk read (the record) instead of two (chunk,
+	 * record). A chunk rewritten by a write or by compaction is never served from
+	 * an older copy. Counts in memory_budget. Default 0: a quarter of
+	 * memory_budget (a 32nd of log_memory when no budget is set), less if the
+	 * budget leaves no room; EMBER_COLD_CACHE_OFF: none. */
 	uint64_t cold_cache_memory;
 
 	/* ---- durability (see docs/checkpoint.md) ---- */
@@ -218,7 +221,7 @@ typedef struct ember_options {
 	void *log_arg;
 } ember_options;
 
-/* ember_options.cold_cache_memory: no entry cache. */
+/* ember_options.cold_cache_memory: no chunk cache. */
 #define EMBER_COLD_CACHE_OFF UINT64_MAX
 
 /*
@@ -255,7 +258,7 @@ typedef struct ember_stats {
 	ember_tier_stats hot, cold;
 	uint64_t read_cache_hits;      /* user reads answered by the read cache */
 	uint64_t read_cache_bytes;     /* read cache memory (0 when off) */
-	uint64_t cold_cache_hits;      /* chunk reads the cold index's entry cache saved */
+	uint64_t cold_cache_hits;      /* chunk reads the cold index's chunk cache saved */
 	uint64_t cold_cache_bytes;     /* its memory (0 when off) */
 	uint64_t index_bytes;          /* hot hash index memory */
 	uint64_t cold_index_bytes;     /* cold index table + chunk log memory + entry cache */
@@ -273,6 +276,11 @@ typedef struct ember_stats {
 	double write_amplification;    /* (user + compaction bytes written) / user bytes */
 	double read_amplification;     /* disk bytes read per user read (user lookups only) */
 	double cold_index_bytes_per_key; /* cold_index_bytes / cold.records */
+	/* Disk reads per cold lookup (user reads only): */
+	uint64_t cold_lookups;         /* lookups that reached a written chunk of the cold index */
+	uint64_t cold_chunk_reads;     /* disk reads of hash chunks */
+	uint64_t cold_record_reads;    /* disk reads of cold-log records (chain hops included) */
+	double disk_reads_per_cold_lookup; /* (chunk + record reads) / cold_lookups */
 } ember_stats;
 
 /*

@@ -81,7 +81,8 @@ static int ee_open(const ycsb_engine_params *p, void **db, char *settings, size_
 							   : pow2_floor(p->mem_budget / 4 / 64);
 		opts.hot_disk_budget = pow2_ceil(opts.index_buckets) * 4 * rec;
 		opts.cold_disk_budget = 4 * p->records * rec;
-		opts.cold_index_chunks = pow2_ceil(p->records / 32 > 0 ? p->records / 32 : 1);
+		opts.cold_index_chunks = p->cold_chunks ? p->cold_chunks
+						       : pow2_ceil(p->records / 32 > 0 ? p->records / 32 : 1);
 	} else {
 		if (p->mem_budget != 0)
 			opts.log_memory = p->mem_budget;
@@ -89,9 +90,11 @@ static int ee_open(const ycsb_engine_params *p, void **db, char *settings, size_
 					     ? p->index_buckets
 					     : pow2_ceil(p->records / 4 > 0 ? p->records / 4 : 1);
 	}
-	/* the caches: what was asked; by default, larger than memory, a third of the
-	 * budget for the read cache and a sixth for the entry cache (the split that
-	 * measured best for YCSB A, B and C at 2M x 100 B in 24 MiB: bench/README.md) */
+	/* the caches: what was asked; by default, larger than memory, two thirds of
+	 * what the store leaves for the chunk cache, up to what holds every chunk, and
+	 * the rest for the read cache. At 2M x 100 B in 24 MiB that is every chunk
+	 * (9.5 MiB) and a 5 MiB read cache: no chunk reads, and the read cache still
+	 * takes the Zipfian head (bench/results/2026-11-27-cold-reads.md) */
 	int split = p->bounded && !p->hot_log_only;
 	uint64_t page = opts.page_size, rc_mem = 0, cc_mem = 0;
 	if (split) {
@@ -103,9 +106,13 @@ static int ee_open(const ycsb_engine_params *p, void **db, char *settings, size_
 				(cold > 8 * page ? cold : 8 * page) + (chunk > 8 * page ? chunk : 8 * page) +
 				8 * page;
 		uint64_t left = p->mem_budget > need ? p->mem_budget - need : 0;
-		cc_mem = p->mem_budget / 6 <= left ? p->mem_budget / 6 : 0;
+		/* docs/cold_cache.md: 24 + cold_chunk_bytes / 2 bytes a chunk */
+		uint64_t all = opts.cold_index_chunks * (24 + (uint64_t)opts.cold_chunk_bytes / 2);
+		cc_mem = left - left / 3;
+		if (cc_mem > all)
+			cc_mem = all;
 		left -= cc_mem;
-		rc_mem = (p->mem_budget / 3 < left ? p->mem_budget / 3 : left) / page * page;
+		rc_mem = left / page * page;
 		if (rc_mem < 8 * page)
 			rc_mem = 0; /* too small for the cache's 8 pages: off */
 	}
@@ -122,7 +129,7 @@ static int ee_open(const ycsb_engine_params *p, void **db, char *settings, size_
 			 "ember %s: larger than memory: memory_budget=%" PRIu64 " MiB for the "
 			 "whole store (hot log, hash index of %" PRIu64 " buckets = %" PRIu64
 			 " MiB, cold index table of %" PRIu64 " chunks, chunk and cold log "
-			 "memory, read cache %" PRIu64 " MiB, cold entry cache %" PRIu64 " MiB); "
+			 "memory, read cache %" PRIu64 " MiB, cold chunk cache %" PRIu64 " MiB); "
 			 "hot and cold logs with compaction, disk budgets hot %s, "
 			 "cold %s (at least twice the log's memory); page_size=%" PRIu32 " KiB "
 			 "io_queue_depth=%" PRIu32 "; rmw=ember_rmw (atomic); "
@@ -250,15 +257,17 @@ static void ee_stats(void *db, char *out, size_t cap)
 		 "hot log %" PRIu64 " records (%" PRIu64 " MiB on disk), cold log %" PRIu64
 		 " records (%" PRIu64 " MiB on disk); user reads from hot memory %" PRIu64
 		 ", hot disk %" PRIu64 ", cold memory %" PRIu64 ", cold disk %" PRIu64
-		 ", read cache %" PRIu64 " (%" PRIu64 " MiB); chunk reads saved by the cold "
-		 "entry cache %" PRIu64 " (%" PRIu64 " MiB)"
+		 ", read cache %" PRIu64 " (%" PRIu64 " MiB); cold lookups %" PRIu64
+		 ": chunk reads %" PRIu64 ", record reads %" PRIu64 ", chunk cache hits %" PRIu64
+		 " (%" PRIu64 " MiB), %.3f disk reads per cold lookup"
 		 "; disk reads %" PRIu64 " (%.0f B per user read); compactions %" PRIu64
 		 " hot, %" PRIu64 " cold; write amplification %.2f; hash index %" PRIu64
 		 " MiB, cold index %" PRIu64 " MiB",
 		 s.hot.records, s.hot.bytes_disk >> 20, s.cold.records, s.cold.bytes_disk >> 20,
 		 s.hot.reads_memory, s.hot.reads_disk, s.cold.reads_memory, s.cold.reads_disk,
-		 s.read_cache_hits, s.read_cache_bytes >> 20, s.cold_cache_hits,
-		 s.cold_cache_bytes >> 20, s.disk_reads, s.read_amplification, s.hot.compactions, s.cold.compactions,
+		 s.read_cache_hits, s.read_cache_bytes >> 20, s.cold_lookups, s.cold_chunk_reads,
+		 s.cold_record_reads, s.cold_cache_hits, s.cold_cache_bytes >> 20,
+		 s.disk_reads_per_cold_lookup, s.disk_reads, s.read_amplification, s.hot.compactions, s.cold.compactions,
 		 s.write_amplification, s.index_bytes >> 20, s.cold_index_bytes >> 20);
 }
 

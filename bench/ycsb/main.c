@@ -238,6 +238,7 @@ static int bench_engine(session_state *st, const ycsb_engine *e, const char *bas
 	p.index_buckets = cfg->index_buckets;
 	p.read_cache = cfg->read_cache;
 	p.cold_cache = cfg->cold_cache;
+	p.cold_chunks = cfg->cold_chunks;
 	p.segment_bytes = cfg->segment_bytes;
 	p.records = cfg->records;
 	p.key_size = cfg->key_size;

@@ -68,15 +68,19 @@ static void usage(FILE *f)
 "                        --threads value)\n"
 "  --seed N              random seed (default 1; printed)\n"
 "  --ember-read-cache BYTES|off  Ember's read cache (read_cache_memory; larger\n"
-"                        than memory it is part of the budget). Default: a\n"
-"                        third of the budget larger than memory, else off\n"
+"                        than memory it is part of the budget). Default:\n"
+"                        larger than memory, what the chunk cache leaves (at\n"
+"                        least a third of what the store leaves); else off\n"
 "  --ember-segment-bytes BYTES  Ember's log_segment_bytes: each log as files of\n"
 "                        this size (32M .. 1T, a power of two; default 0: one\n"
 "                        file per log)\n"
-"  --ember-cold-cache BYTES|off  Ember's cold index entry cache\n"
-"                        (cold_cache_memory, part of the budget). Default: a\n"
-"                        sixth of the budget larger than memory, else Ember's\n"
-"                        own default (a 32nd of log_memory)\n"
+"  --ember-cold-cache BYTES|off  Ember's cold index chunk cache\n"
+"                        (cold_cache_memory, part of the budget). Default:\n"
+"                        larger than memory, two thirds of what the store\n"
+"                        leaves, up to what holds every chunk; else Ember's\n"
+"                        own default\n"
+"  --ember-cold-chunks N Ember's cold_index_chunks, a power of two (default:\n"
+"                        larger than memory, records / 32 rounded up)\n"
 "  --ember-memory MODE   larger than memory, what the budget bounds in Ember:\n"
 "                        whole (default: memory_budget, the whole store, with\n"
 "                        the cold tier and compaction) or hot-log (log_memory\n"
@@ -99,8 +103,9 @@ static void usage(FILE *f)
 "  --list-engines        print the engines compiled in, one a line, and exit\n"
 "  --help\n"
 "\n"
-"Counts (--records, --ops, --pregen, --index-buckets) take K/M/G as powers of 1000;\n"
-"sizes (--value-size, --key-size, --log-memory) as powers of 1024.\n");
+"Counts (--records, --ops, --pregen, --index-buckets, --ember-cold-chunks) take\n"
+"K/M/G as powers of 1000; sizes (--value-size, --key-size, --log-memory) as\n"
+"powers of 1024.\n");
 }
 
 enum { NO_SUFFIX, BINARY_SUFFIX, DECIMAL_SUFFIX };
@@ -270,7 +275,7 @@ static uint64_t record_estimate(const ycsb_config *cfg)
 enum {
 	OPT_WORKLOAD = 256, OPT_RECORDS, OPT_OPS, OPT_SECONDS, OPT_THREADS, OPT_VALUE_SIZE,
 	OPT_KEY_SIZE, OPT_DIST, OPT_THETA, OPT_BATCH, OPT_DIR, OPT_LOG_MEMORY,
-	OPT_INDEX_BUCKETS, OPT_READ_CACHE, OPT_COLD_CACHE, OPT_REPEAT, OPT_JSON, OPT_ENGINE, OPT_QUICK, OPT_PREGEN,
+	OPT_INDEX_BUCKETS, OPT_COLD_CHUNKS, OPT_READ_CACHE, OPT_COLD_CACHE, OPT_REPEAT, OPT_JSON, OPT_ENGINE, OPT_QUICK, OPT_PREGEN,
 	OPT_LOAD_THREADS, OPT_SEED, OPT_VERIFY, OPT_BATCH_OVER, OPT_DISK_PROBE, OPT_PROBE_SECONDS,
 	OPT_PROBE_SIZE, OPT_LIST_ENGINES, OPT_EMBER_MEMORY, OPT_SEGMENT, OPT_HELP,
 };
@@ -289,6 +294,7 @@ static const struct option long_opts[] = {
 	{ "dir", required_argument, NULL, OPT_DIR },
 	{ "log-memory", required_argument, NULL, OPT_LOG_MEMORY },
 	{ "index-buckets", required_argument, NULL, OPT_INDEX_BUCKETS },
+	{ "ember-cold-chunks", required_argument, NULL, OPT_COLD_CHUNKS },
 	{ "ember-read-cache", required_argument, NULL, OPT_READ_CACHE },
 	{ "ember-cold-cache", required_argument, NULL, OPT_COLD_CACHE },
 	{ "ember-segment-bytes", required_argument, NULL, OPT_SEGMENT },
@@ -407,6 +413,11 @@ static int parse_one(int c, const char *arg, ycsb_config *cfg, given *g, int *wa
 		if (parse_u64(arg, &v, DECIMAL_SUFFIX) < 0)
 			return bad("index-buckets", arg);
 		cfg->index_buckets = v;
+		return 0;
+	case OPT_COLD_CHUNKS:
+		if (parse_u64(arg, &v, DECIMAL_SUFFIX) < 0 || !v || (v & (v - 1)))
+			return bad("ember-cold-chunks", arg);
+		cfg->cold_chunks = v;
 		return 0;
 	case OPT_READ_CACHE:
 		return parse_cache_bytes(arg, &cfg->read_cache) < 0 ? bad("ember-read-cache", arg) : 0;

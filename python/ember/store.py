@@ -87,6 +87,10 @@ class Stats:
     write_amplification: float
     read_amplification: float
     cold_index_bytes_per_key: float
+    cold_lookups: int
+    cold_chunk_reads: int
+    cold_record_reads: int
+    disk_reads_per_cold_lookup: float
 
 
 @dataclasses.dataclass(frozen=True)

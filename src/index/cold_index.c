@@ -41,25 +41,44 @@ void ci_destroy(struct cold_index *ci)
 
 int ci_cache_init(struct cold_index *ci, uint64_t bytes)
 {
-	uint64_t n = bytes / sizeof(struct ci_cache_slot);
+	uint64_t slot = CI_SLOT_BYTES(ci->chunk_bytes);
+	uint64_t n = bytes / slot;
+	if (n > ci->nchunks)
+		n = ci->nchunks; /* note 7: one slot per chunk is all a cache can use */
 	if (!n)
 		return 0;
-	size_t len = (size_t)(n * sizeof(struct ci_cache_slot));
-	/* zero pages: every slot starts empty (tag 0 names no chunk copy) */
+	size_t len = (size_t)(n * slot);
+	/* zero pages: every slot starts empty (address 0 names no chunk copy) */
 	void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (m == MAP_FAILED)
 		return EMBER_ENOMEM;
 	ci->cache = m;
 	ci->cache_slots = n;
+	ci->slot_bytes = slot;
 	ci->cache_bytes = len;
 	return 0;
 }
 
-void ci_cache_put(struct cold_index *ci, uint64_t hash, uint64_t chunk_addr, uint64_t entry)
+void ci_cache_put(struct cold_index *ci, uint64_t chunk, uint64_t chunk_addr,
+		  const _Atomic uint64_t *words)
 {
-	if (!ci->cache)
+	if (!ci->cache || !chunk_addr)
 		return;
-	struct ci_cache_slot *sl = ci_cache_slot_of(ci, hash);
+	/* note 9: the smallest and largest nonzero entry; relaxed: words is immutable */
+	uint64_t lo = UINT64_MAX, hi = 0;
+	for (uint32_t i = 0; i < ci->entries; i++) {
+		uint64_t w = atomic_load_explicit(&words[i], memory_order_relaxed);
+		if (!w)
+			continue;
+		if (w & 7)
+			return; /* not a record address: not cached */
+		lo = w < lo ? w : lo;
+		hi = w > hi ? w : hi;
+	}
+	if (hi && hi - lo >= (UINT64_C(1) << 35) - 8)
+		return; /* too wide for 4-byte words */
+	uint64_t base = hi ? lo >> 3 : 0;
+	struct ci_cache_slot *sl = ci_cache_slot_of(ci, chunk);
 	/* relaxed: the CAS below decides */
 	uint64_t s1 = atomic_load_explicit(&sl->seq, memory_order_relaxed);
 	if (s1 & 1)
@@ -68,9 +87,15 @@ void ci_cache_put(struct cold_index *ci, uint64_t hash, uint64_t chunk_addr, uin
 	if (!atomic_compare_exchange_strong_explicit(&sl->seq, &s1, s1 + 1, memory_order_acquire,
 						     memory_order_relaxed))
 		return;
-	/* release (both): a reader that loads either new word sees the odd sequence */
-	atomic_store_explicit(&sl->tag, ci_cache_tag(ci, chunk_addr, hash), memory_order_release);
-	atomic_store_explicit(&sl->entry, entry, memory_order_release);
+	/* release (all): a reader that loads any new word sees the odd sequence */
+	atomic_store_explicit(&sl->addr, chunk_addr, memory_order_release);
+	atomic_store_explicit(&sl->base, base, memory_order_release);
+	for (uint32_t i = 0; i < ci->entries; i++) {
+		/* relaxed load: words is immutable */
+		uint64_t w = atomic_load_explicit(&words[i], memory_order_relaxed);
+		atomic_store_explicit(&sl->words[i], w ? (uint32_t)((w >> 3) - base + 1) : 0,
+				      memory_order_release);
+	}
 	/* release: the new words are visible before the even sequence */
 	atomic_store_explicit(&sl->seq, s1 + 2, memory_order_release);
 }

@@ -27,18 +27,40 @@
  *     region is safe, so no in-place CAS is lost to a concurrent copy.
  *  4. Readers load an entry with one 8-byte atomic load (memory) or read the whole
  *     chunk record back from disk (checksummed like every record).
- *  5. Entry cache (ci_cache_*): a direct-mapped table of (chunk copy address,
- *     entry index) -> entry, filled from the chunks that user reads fetched from
- *     disk, so a repeated cold read costs one disk read (the record) instead of
- *     two. A chunk copy below the chunk log's head never changes (in-place CAS
- *     happens only while it is mutable, notes 2-3) and log addresses are never
- *     reused, so a cached entry is exact for as long as table[c] still names the
- *     copy it came from: any update of the chunk makes a new copy at a new
- *     address, which retires every cached entry of the old one. Lookups consult
- *     the cache only for a copy below head (one in memory is read directly).
- *     Each slot is a seqlock (seq odd while a writer fills it): readers never
- *     wait and treat a slot being written as a miss; a writer that finds a slot
- *     taken skips its fill. 24 bytes a slot, memory-only, empty at open.
+ *  5. Chunk cache (ci_cache_*): copies of whole chunk records that left the chunk
+ *     log's memory, each tagged with the chunk-log address of the copy it holds,
+ *     so that a cold read whose chunk is on disk costs one disk read (the record)
+ *     instead of two. A chunk copy below the chunk log's safe_read_only never
+ *     changes again (in-place CAS happens only while it is mutable, notes 2-3)
+ *     and log addresses are never reused, so a cached copy is exact for as long
+ *     as table[c] still names its address: any update of the chunk (a writer's
+ *     copy-on-write, hot->cold or cold->cold compaction, chunk-log compaction)
+ *     makes a new copy at a new address, which retires the cached one at once.
+ *     Readers check the tag against the table word they loaded; they never serve
+ *     a copy the table no longer names.
+ *  6. Fills. (a) The chunk log's eviction (store/cold.c, chunk_evict) puts every
+ *     current chunk copy that is about to leave memory into the cache: a chunk
+ *     rewritten by an upsert or by compaction is cached again, at its new
+ *     address, before the lookups that follow could need a disk read for it.
+ *     (b) A lookup that read a chunk from disk (checked by the record reader:
+ *     checksum, key, shape) puts it in the cache if the table still names it.
+ *     The cache holds only bytes that came from memory the log wrote or from a
+ *     read that passed every check; a damaged chunk on disk is still found when
+ *     it is read (a miss) and never reaches the cache.
+ *  7. Placement: direct-mapped, slot = chunk % slots, at most one slot per chunk
+ *     (slots = min(bytes / slot size, nchunks)): with a cache that holds every
+ *     chunk no two chunks share a slot. A fill replaces whatever the slot held.
+ *  8. Each slot is a seqlock (seq odd while a writer fills it): readers never
+ *     wait and treat a slot being written as a miss; a writer that finds the
+ *     slot taken skips its fill (fills are best effort). Memory-only, empty at
+ *     open, counted in memory_budget.
+ *  9. Compact words: a slot keeps each entry in 4 bytes, as 0 (empty) or
+ *     1 + (entry - base) / 8, where base is the copy's smallest nonzero entry
+ *     (cold-log records are 8-byte aligned). A copy whose nonzero entries span
+ *     2^35 - 8 bytes or more, or one with an entry not 8-byte aligned, is not
+ *     cached (a skipped fill), so every cached word decodes to exactly the entry
+ *     of the copy. A slot is CI_SLOT_BYTES(chunk_bytes) = 24 + chunk_bytes / 2
+ *     bytes: every chunk of a 2^16-chunk index in 9.5 MiB.
  *
  * Threads: every call is thread-safe; callers are epoch-protected sessions.
  */
@@ -51,12 +73,14 @@
 #include "log/hlog.h"
 #include "log/record.h"
 
-/* One entry-cache slot (note 5). */
+/* One chunk-cache slot (notes 5-9); chunk_bytes / 8 compact words follow it. */
 struct ci_cache_slot {
-	_Atomic uint64_t seq;   /* odd while a writer fills the slot */
-	_Atomic uint64_t tag;   /* chunk copy address | entry index << EM_ADDR_BITS; 0: empty */
-	_Atomic uint64_t entry; /* the entry's value in that copy */
+	_Atomic uint64_t seq;     /* odd while a writer fills the slot */
+	_Atomic uint64_t addr;    /* chunk-log address of the copy held; 0: empty */
+	_Atomic uint64_t base;    /* the copy's smallest nonzero entry / 8 (note 9) */
+	_Atomic uint32_t words[]; /* the copy's entries, compact (note 9) */
 };
+#define CI_SLOT_BYTES(chunk_bytes) (sizeof(struct ci_cache_slot) + (uint64_t)(chunk_bytes) / 2)
 
 struct cold_index {
 	uint64_t nchunks;
@@ -66,8 +90,9 @@ struct cold_index {
 	_Atomic uint64_t *table;
 	size_t table_bytes;
 	struct hlog *log; /* the chunk log */
-	struct ci_cache_slot *cache; /* entry cache (note 5); NULL: off */
+	uint8_t *cache; /* chunk cache (note 5); NULL: off */
 	uint64_t cache_slots;
+	uint64_t slot_bytes; /* CI_SLOT_BYTES(chunk_bytes) */
 	size_t cache_bytes;
 };
 
@@ -120,51 +145,55 @@ static inline int ci_chunk_ok(const struct cold_index *ci, struct record *rec, u
 	return chunk == CI_ANY_CHUNK ? id < ci->nchunks : id == chunk;
 }
 
-/* Give the cold index an entry cache of about bytes (note 5; 0: none). Call once,
- * after ci_init and before any lookup. 0 or EMBER_ENOMEM. */
+/* Give the cold index a chunk cache of at most bytes (notes 5-8; 0, or less than
+ * one slot: none). Call once, after ci_init and before any lookup. 0 or
+ * EMBER_ENOMEM. */
 int ci_cache_init(struct cold_index *ci, uint64_t bytes);
 
-static inline struct ci_cache_slot *ci_cache_slot_of(const struct cold_index *ci, uint64_t hash)
+static inline struct ci_cache_slot *ci_cache_slot_of(const struct cold_index *ci, uint64_t chunk)
 {
-	/* the chain (chunk, entry) picks the slot, spread by a multiplicative mix */
-	uint64_t chain = (ci_chunk_of(ci, hash) << 9) | ci_slot_of(ci, hash);
-	uint64_t m = chain * UINT64_C(0x9E3779B97F4A7C15);
-	return &ci->cache[(uint64_t)(((unsigned __int128)m * ci->cache_slots) >> 64)];
+	return (struct ci_cache_slot *)(void *)(ci->cache + (chunk % ci->cache_slots) * ci->slot_bytes);
 }
 
-static inline uint64_t ci_cache_tag(const struct cold_index *ci, uint64_t chunk_addr,
-				    uint64_t hash)
+/* Read entry word i of the copy of chunk at chunk_addr (n words from i into out)
+ * if the cache holds that copy: 1, else 0. Never waits (note 8). */
+static inline int ci_cache_read(const struct cold_index *ci, uint64_t chunk, uint64_t chunk_addr,
+				uint32_t i, uint32_t n, uint64_t *out)
 {
-	return chunk_addr | ((uint64_t)ci_slot_of(ci, hash) << EM_ADDR_BITS);
-}
-
-/* The entry of hash's chain in the chunk copy at chunk_addr (on disk), if cached:
- * 1 and *entry set, else 0. Never waits. */
-static inline int ci_cache_get(const struct cold_index *ci, uint64_t hash, uint64_t chunk_addr,
-			       uint64_t *entry)
-{
-	if (!ci->cache)
+	if (!ci->cache || !chunk_addr)
 		return 0;
-	struct ci_cache_slot *sl = ci_cache_slot_of(ci, hash);
+	struct ci_cache_slot *sl = ci_cache_slot_of(ci, chunk);
 	/* acquire: the words read below are at least as new as this sequence */
 	uint64_t s1 = atomic_load_explicit(&sl->seq, memory_order_acquire);
 	if (s1 & 1)
 		return 0;
-	/* acquire (both): a word from a newer fill brings that fill's odd sequence
-	 * with it, and keeps the sequence load below from moving above these */
-	uint64_t tag = atomic_load_explicit(&sl->tag, memory_order_acquire);
-	uint64_t e = atomic_load_explicit(&sl->entry, memory_order_acquire);
-	/* relaxed: ordered after the acquire loads above */
-	if (atomic_load_explicit(&sl->seq, memory_order_relaxed) != s1 ||
-	    tag != ci_cache_tag(ci, chunk_addr, hash))
+	/* acquire (all): a word from a newer fill brings that fill's odd sequence with
+	 * it, and keeps the sequence load below from moving above these (no fences,
+	 * so ThreadSanitizer models every step) */
+	if (atomic_load_explicit(&sl->addr, memory_order_acquire) != chunk_addr)
 		return 0;
-	*entry = e;
-	return 1;
+	uint64_t base = atomic_load_explicit(&sl->base, memory_order_acquire);
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t w = atomic_load_explicit(&sl->words[i + k], memory_order_acquire);
+		out[k] = w ? (base + w - 1) << 3 : 0; /* note 9 */
+	}
+	/* relaxed: ordered after the acquire loads above */
+	return atomic_load_explicit(&sl->seq, memory_order_relaxed) == s1;
 }
 
-/* Remember that hash's chain has entry in the chunk copy at chunk_addr (read from
- * disk). Skips the fill if another writer holds the slot. */
-void ci_cache_put(struct cold_index *ci, uint64_t hash, uint64_t chunk_addr, uint64_t entry);
+/* The entry of hash's chain in the copy of its chunk at chunk_addr, if cached:
+ * 1 and *entry set, else 0. */
+static inline int ci_cache_get(const struct cold_index *ci, uint64_t hash, uint64_t chunk_addr,
+			       uint64_t *entry)
+{
+	return ci_cache_read(ci, ci_chunk_of(ci, hash), chunk_addr, ci_slot_of(ci, hash), 1, entry);
+}
+
+/* Remember that the copy of chunk at chunk_addr holds words (ci->entries of them;
+ * immutable: read back from disk and checked, or below the chunk log's
+ * safe_read_only). Skips the fill if another writer holds the slot. */
+void ci_cache_put(struct cold_index *ci, uint64_t chunk, uint64_t chunk_addr,
+		  const _Atomic uint64_t *words);
 
 /* Table words in use (statistics). */
 uint64_t ci_chunks_used(struct cold_index *ci);

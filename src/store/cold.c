@@ -35,6 +35,32 @@ int read_record_sync(ember_session *s, struct hlog *log, struct em_file *f, uint
 	return rc;
 }
 
+/* The copy of chunk at ca from the chunk cache (cold_index.h, note 5), rebuilt as
+ * a chunk record in s->rbuf where a disk read would have put it: 0 and *out, 1
+ * (not cached), or EMBER_ENOMEM. */
+static int chunk_from_cache(ember_session *s, uint64_t chunk, uint64_t ca, struct record **out)
+{
+	struct cold_index *ci = &s->db->cidx;
+	if (!ci->cache)
+		return 1;
+	uint64_t off = ca - em_align_down(ca, EM_IO_ALIGN);
+	int rc = em_buf_reserve(&s->rbuf, &s->rbuf_cap, off + rec_size(8, ci->chunk_bytes));
+	if (rc < 0)
+		return rc;
+	s->rchunk = 0; /* rbuf is about to hold something else */
+	struct record *r = (struct record *)(void *)(s->rbuf + off);
+	rec_init(r, 0, 0, &chunk, 8, NULL, 0, ci->chunk_bytes);
+	uint64_t *w = (uint64_t *)(void *)rec_value(r);
+	if (!ci_cache_read(ci, chunk, ca, 0, ci->entries, w))
+		return 1;
+	/* private copy, not yet handed out */
+	atomic_store_explicit(&r->val_len, ci->chunk_bytes, memory_order_relaxed);
+	stat_add(&s->cur->ci_hits, 1);
+	s->rchunk = ca;
+	*out = r;
+	return 0;
+}
+
 /* The chunk record currently at ca, readable (memory, or a private copy read from
  * disk into s->rbuf). may_wait: the caller holds no unpublished record, so the
  * epoch may be left for the read. Caller protected. Returns 0, EMBER_EAGAIN (the
@@ -52,11 +78,14 @@ static int chunk_fetch(ember_session *s, uint64_t chunk, uint64_t ca, int may_wa
 		*out = (struct record *)(void *)(s->rbuf + (ca - em_align_down(ca, EM_IO_ALIGN)));
 		return 0;
 	}
+	int rc = chunk_from_cache(s, chunk, ca, out);
+	if (rc != 1)
+		return rc;
 	if (!may_wait)
 		return EMBER_EAGAIN;
 	epoch_unprotect(db->ep, s->slot);
 	struct record *r;
-	int rc = read_record_sync(s, db->chunks, &db->chunk_file, ca, &chunk, 8, &r);
+	rc = read_record_sync(s, db->chunks, &db->chunk_file, ca, &chunk, 8, &r);
 	epoch_protect(db->ep, s->slot);
 	if (rc == EMBER_EAGAIN || ci_table_load(ci, chunk) != ca)
 		return EMBER_EAGAIN;
@@ -239,4 +268,56 @@ int cold_insert(ember_session *s, uint64_t hash, struct record *src, uint64_t ex
 			epoch_refresh(db->ep, s->slot);
 		}
 	}
+}
+
+/*
+ * The chunk log's eviction hook (cold_index.h, note 6a), run by its worker before
+ * head moves past [from, to): every chunk copy there that the table still names
+ * goes into the chunk cache. The range is below flushed and safe_read_only, so its
+ * records are whole and never change again. Resumes where the last call stopped
+ * (a record boundary: head is page aligned and records span pages).
+ */
+static void chunk_evict(void *ctx, uint64_t from, uint64_t to)
+{
+	struct ember_db *db = ctx;
+	struct cold_index *ci = &db->cidx;
+	struct hlog *log = db->chunks;
+	uint64_t size = rec_size(8, ci->chunk_bytes);
+	if (db->chunk_cursor == UINT64_MAX)
+		return; /* lost its place once: fills come from disk reads only */
+	uint64_t a = db->chunk_cursor > from ? db->chunk_cursor : from;
+	for (;;) {
+		a = hlog_skip_gap(log, a);
+		if (a >= to)
+			break;
+		struct record *x = hlog_rec(log, a);
+		uint64_t len = rec_total_size(x);
+		if (rec_header(x) & REC_FILLER) {
+			a += len;
+			continue;
+		}
+		if (len != size) {
+			/* every chunk record has one size: never guess where the next starts */
+			db->chunk_cursor = UINT64_MAX;
+			return;
+		}
+		uint64_t id;
+		memcpy(&id, rec_key(x), 8);
+		if (!(rec_header(x) & REC_INVALID) && ci_chunk_ok(ci, x, CI_ANY_CHUNK) &&
+		    ci_table_load(ci, id) == a)
+			ci_cache_put(ci, id, a, ci_words(x));
+		a += len;
+	}
+	db->chunk_cursor = a;
+}
+
+void chunk_cache_attach(struct ember_db *db)
+{
+	if (!db->cidx.cache)
+		return;
+	/* records below the tail at open are on disk only; the first evicted range
+	 * starts at or above it */
+	db->chunk_cursor = hlog_load(&db->chunks->tail);
+	db->chunks->evict_ctx = db;
+	db->chunks->evict = chunk_evict; /* before the first head move: the worker reads it then */
 }

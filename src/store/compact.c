@@ -225,8 +225,10 @@ static int chunks_prefetch(struct compactor *c, ember_session *s, struct cand *c
 	for (size_t i = 0; i < n; i++) {
 		if (!cand[i].live)
 			continue;
-		uint64_t ca = ci_table_load(ci, ci_chunk_of(ci, cand[i].hash));
-		if (!ca || ca >= head)
+		uint64_t chunk = ci_chunk_of(ci, cand[i].hash);
+		uint64_t ca = ci_table_load(ci, chunk);
+		/* a chunk in memory, or in the chunk cache, is copied without a read */
+		if (!ca || ca >= head || ci_cache_read(ci, chunk, ca, 0, 0, NULL))
 			continue;
 		int dup = 0;
 		for (size_t j = 0; j < m && !dup; j++)

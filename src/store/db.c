@@ -192,12 +192,17 @@ static int layout_resolve(const ember_options *o, const struct store_geometry *g
 	lay->chunk_mem = em_page_floor(base / 16, (unsigned)__builtin_ctz(o->page_size));
 	if (lay->chunk_mem < min_log)
 		lay->chunk_mem = min_log;
-	/* the entry cache: asked for, off, or by default a 32nd of the base that
-	 * yields to the logs when the budget is tight */
+	/* the chunk cache: asked for, off, or by default a quarter of the budget (a
+	 * 32nd of log_memory without one) that yields to the logs when the budget is
+	 * tight; never more than holds every chunk (cold_index.h, note 7) */
 	int cache_default = !o->cold_cache_memory;
+	uint64_t cache_all = o->cold_index_chunks * CI_SLOT_BYTES(o->cold_chunk_bytes);
 	lay->cache_mem = o->cold_cache_memory == EMBER_COLD_CACHE_OFF ? 0
-			 : cache_default			     ? base / 32
-								     : o->cold_cache_memory;
+			 : !cache_default			     ? o->cold_cache_memory
+			 : o->memory_budget			     ? o->memory_budget / 4
+								     : base / 32;
+	if (lay->cache_mem > cache_all)
+		lay->cache_mem = cache_all;
 	if (o->memory_budget) {
 		uint64_t others = index_bytes + table_bytes + lay->cold_mem + lay->chunk_mem +
 				  o->read_cache_memory;
@@ -692,6 +697,7 @@ int ember_open(const char *dir, const ember_options *opts, ember_db **out)
 	rc = ci_cache_init(&db->cidx, lay.cache_mem);
 	if (rc < 0)
 		goto undo_cidx_only;
+	chunk_cache_attach(db);
 	if (db->opts.read_cache_memory) {
 		rc = rc_open(db, db->opts.read_cache_memory);
 		if (rc < 0)

@@ -26,10 +26,12 @@
  *     size of the record this session's last such read found, or of one that
  *     fills the buffer if that one filled its own (lookup_want_hint,
  *     store_int.h), so repeated reads of large values cost one disk read each.
- *  6. A chunk copy on disk whose entry for the key is in the cold index's entry
- *     cache (cold_index.h, note 5) is not read: the cold walk starts from the
- *     cached entry. User reads (LK_FILL_RC) fill the cache from the chunks they
- *     read; compaction's lookups use it but do not fill it (their keys are not hot).
+ *  6. A chunk copy on disk that the cold index's chunk cache holds (cold_index.h,
+ *     notes 5-8; the tag is the address the table names) is not read: the cold
+ *     walk starts from the cached entry. Every chunk a lookup reads from disk and
+ *     checks fills the cache while the table still names it; compaction's
+ *     prefetch (LK_CHUNK_ONLY) copies its chunks to the chunk log's tail instead,
+ *     and they reach the cache when they leave memory.
  *  7. A user read (dst: the caller's buffer) whose record turns up on disk with a
  *     value of REC_COPY_MIN bytes or more that fits the buffer copies the value
  *     there while it checks the checksum, block by block (rec_checksum_copy), and
@@ -157,6 +159,10 @@ static int lk_cold_start(struct lookup_run *run, struct lookup *l)
 		finish(run, l, EMBER_ENOTFOUND, NULL, 0);
 		return LK_FINISHED;
 	}
+	if (!(l->flags & LK_COLD_SEEN)) {
+		l->flags |= LK_COLD_SEEN;
+		stat_add(&run->s->cur->cold_lookups, 1);
+	}
 	if (ca >= hlog_load(&db->chunks->head))
 		return lk_cold_walk(run, l, ci_entry(ci, hlog_rec(db->chunks, ca), l->hash));
 	uint64_t e;
@@ -271,6 +277,10 @@ static int issue(ember_session *s, struct lookup *l, uint32_t idx, uint32_t li)
 	io->len = (uint32_t)len;
 	stat_add(&s->cur->ios, 1);
 	stat_add(&s->cur->io_bytes, len);
+	if (l->phase == LK_CHUNK)
+		stat_add(&s->cur->chunk_reads, 1);
+	else if (l->phase == LK_COLD)
+		stat_add(&s->cur->cold_rec_reads, 1);
 	return em_ring_read(&s->ring, phase_file(s->db, l->phase), buf, (uint32_t)len, off, idx);
 }
 
@@ -389,8 +399,10 @@ static void on_read(struct lookup_run *run, uint32_t idx, int res)
 			goto out;
 		}
 		uint64_t e = ci_entry(ci, r, l->hash);
-		if (l->flags & LK_FILL_RC)
-			ci_cache_put(ci, l->hash, l->addr, e); /* a user read: worth keeping */
+		/* checked whole (rec_check_copy, ci_chunk_ok): cache it while current
+		 * (cold_index.h, note 6b) */
+		if (ci_table_load(ci, chunk) == l->addr)
+			ci_cache_put(ci, chunk, l->addr, ci_words(r));
 		epoch_protect(db->ep, s->slot);
 		next = lk_cold_walk(run, l, e);
 		epoch_unprotect(db->ep, s->slot);

@@ -59,7 +59,9 @@ static void stats_fold(struct sess_stats *to, struct sess_stats *from)
 		{ &to->reads[4], &from->reads[4] }, { &to->ios, &from->ios },
 		{ &to->io_bytes, &from->io_bytes }, { &to->user_reads, &from->user_reads },
 		{ &to->user_bytes, &from->user_bytes }, { &to->user_records, &from->user_records },
-		{ &to->ci_hits, &from->ci_hits },
+		{ &to->ci_hits, &from->ci_hits }, { &to->cold_lookups, &from->cold_lookups },
+		{ &to->chunk_reads, &from->chunk_reads },
+		{ &to->cold_rec_reads, &from->cold_rec_reads },
 	};
 	_Static_assert(sizeof(struct sess_stats) == sizeof(pairs) / sizeof(pairs[0]) * sizeof(uint64_t),
 		       "stats_fold must name every counter of struct sess_stats");

@@ -49,6 +49,9 @@ static void stats_fill(ember_db *db, ember_stats *out)
 	out->user_writes += ld(&g->user_records);
 	out->user_bytes_written += ld(&g->user_bytes);
 	out->cold_cache_hits += ld(&g->ci_hits);
+	out->cold_lookups += ld(&g->cold_lookups);
+	out->cold_chunk_reads += ld(&g->chunk_reads);
+	out->cold_record_reads += ld(&g->cold_rec_reads);
 	for (struct ember_session *s = db->sessions; s; s = s->next_all) {
 		/* compaction's I/O (internal sessions, writers' assists) is not a user's */
 		out->compaction_disk_reads += ld(&s->comp_st.ios);
@@ -61,6 +64,9 @@ static void stats_fill(ember_db *db, ember_stats *out)
 		out->user_writes += ld(&s->st.user_records);
 		out->user_bytes_written += ld(&s->st.user_bytes);
 		out->cold_cache_hits += ld(&s->st.ci_hits);
+		out->cold_lookups += ld(&s->st.cold_lookups);
+		out->cold_chunk_reads += ld(&s->st.chunk_reads);
+		out->cold_record_reads += ld(&s->st.cold_rec_reads);
 	}
 	pthread_mutex_unlock(&db->sess_mu);
 	out->hot.reads_memory = reads[TIER_HOT_MEM];
@@ -94,6 +100,9 @@ static void stats_fill(ember_db *db, ember_stats *out)
 					   (double)out->user_bytes_written;
 	if (out->user_reads)
 		out->read_amplification = (double)out->disk_bytes_read / (double)out->user_reads;
+	if (out->cold_lookups)
+		out->disk_reads_per_cold_lookup = (double)(out->cold_chunk_reads + out->cold_record_reads) /
+						  (double)out->cold_lookups;
 	if (out->cold.records)
 		out->cold_index_bytes_per_key = (double)out->cold_index_bytes / (double)out->cold.records;
 }

@@ -57,11 +57,12 @@ struct io_slot {
 enum { LK_HOT = 0, LK_CHUNK = 1, LK_COLD = 2 };
 #define LK_HOT_ONLY 0x1  /* stop where the hot chain ends (compaction liveness) */
 #define LK_COLD_ONLY 0x2 /* start at the cold index (cold compaction liveness) */
-#define LK_FILL_RC 0x4   /* a user read: fill the read cache and the cold entry cache */
+#define LK_FILL_RC 0x4   /* a user read: fill the read cache */
 #define LK_CHUNK_ONLY 0x8 /* read the chunk at addr and stop (compaction prefetch) */
 #define LK_BIG_CAP 0x10  /* the caller's buffer is large: its record sizes feed want_hint */
 #define LK_COPIED 0x20   /* found on disk: its value is already in dst (rec_checksum_copy) */
 #define LK_KEY_ONLY 0x40 /* compaction liveness: the key's record is known by its head */
+#define LK_COLD_SEEN 0x80 /* counted once as a cold lookup (sess_stats.cold_lookups) */
 #define LK_FROM_INDEX UINT64_MAX /* addr sentinel: start at the phase's index */
 
 struct lookup {
@@ -103,7 +104,10 @@ struct sess_stats {
 	_Atomic uint64_t user_reads; /* get / get_batch keys */
 	_Atomic uint64_t user_bytes; /* record bytes appended by user writes */
 	_Atomic uint64_t user_records;
-	_Atomic uint64_t ci_hits;    /* chunk reads saved by the cold index's entry cache */
+	_Atomic uint64_t ci_hits;    /* chunk reads saved by the cold index's chunk cache */
+	_Atomic uint64_t cold_lookups; /* lookups that reached a written chunk of the cold index */
+	_Atomic uint64_t chunk_reads;  /* disk reads of hash chunks */
+	_Atomic uint64_t cold_rec_reads; /* disk reads of cold-log records */
 };
 enum { TIER_HOT_MEM, TIER_HOT_DISK, TIER_COLD_MEM, TIER_COLD_DISK, TIER_RC };
 
@@ -201,6 +205,7 @@ struct ember_db {
 	struct hlog *chunks;
 	struct hlog *rc; /* the read cache (memory only), NULL when off */
 	uint64_t rc_cursor; /* rc_evict: records below are done (its worker only) */
+	uint64_t chunk_cursor; /* chunk_evict: likewise for the chunk log (UINT64_MAX: off) */
 	struct cold_index cidx;
 	uint64_t max_record;      /* largest record the hot log accepts */
 	uint64_t cold_max_record; /* and the cold log */
@@ -420,6 +425,10 @@ int cold_insert(ember_session *s, uint64_t hash, struct record *src, uint64_t ex
 
 /* The hot and cold tiers' record counts, as ember_stats_get reports them. */
 void stats_tier_records(ember_db *db, uint64_t *hot, uint64_t *cold);
+
+/* Hook the chunk cache's fill to the chunk log's eviction (cold_index.h, note 6a).
+ * At open, after ci_cache_init and before anything is written. */
+void chunk_cache_attach(struct ember_db *db);
 
 /* Create a session (internal: the library's own, not counted as open). */
 int session_create(ember_db *db, int internal, ember_session **out);

@@ -1,6 +1,6 @@
 /*
  * cold_race.c - owner-exact reads across the tiers while compaction moves records
- * hot->cold and cold->cold, with the read cache and the cold entry cache on.
+ * hot->cold and cold->cold, with the read cache and the cold index's chunk cache on.
  *
  * 4 threads each own a set of keys (k % 4 == thread) and are their only writers:
  * put, delete, rmw and get/get_batch of an owned key must give exactly the last
@@ -8,10 +8,14 @@
  * copies the read cache holds; a get of another thread's key must give a whole
  * value of that key (or nothing). Tiny budgets make both compactions run many
  * times, in the background and in writers' assists; the cold index's chunks
- * mostly live on disk, so cold reads go through the entry cache too.
+ * mostly live on disk, so cold reads go through the chunk cache too.
  *
  * Modes: "rc" (read cache on), "norc" (off), "collide" (read cache on, 16 chunks
- * of 8 chains: hundreds of keys per cold chain, twice the deletes).
+ * of 8 chains: hundreds of keys per cold chain, twice the deletes), "ccall" (no
+ * read cache, a chunk cache that holds every chunk: cold reads are served from
+ * cached chunk copies while writers and both compactions rewrite the chunks;
+ * cold_index.h notes 5-8), "ccsmall" (likewise with 61 slots for 8192 chunks:
+ * slots shared and replaced all the time).
  */
 #include <ember.h>
 #include <pthread.h>
@@ -188,8 +192,10 @@ static void *worker(void *arg)
 int main(int argc, char **argv)
 {
 	tu_init("cold_race", argc, argv);
-	int rc_on = argc < 2 || strcmp(argv[1], "norc") != 0;
-	collide = argc >= 2 && strcmp(argv[1], "collide") == 0;
+	const char *mode = argc >= 2 ? argv[1] : "rc";
+	int ccall = strcmp(mode, "ccall") == 0, ccsmall = strcmp(mode, "ccsmall") == 0;
+	int rc_on = strcmp(mode, "norc") != 0 && !ccall && !ccsmall;
+	collide = strcmp(mode, "collide") == 0;
 	if (collide)
 		del_pct = 30; /* keys stay deleted long enough for tombstones to go cold */
 	char dir[512];
@@ -209,6 +215,10 @@ int main(int argc, char **argv)
 		o.cold_index_chunks = 16;
 	if (rc_on)
 		o.read_cache_memory = 512 << 10;
+	if (ccall)
+		o.cold_cache_memory = o.cold_index_chunks * (24 + o.cold_chunk_bytes / 2);
+	if (ccsmall)
+		o.cold_cache_memory = 61 * (24 + o.cold_chunk_bytes / 2);
 	CHECK_OK(ember_open(dir, &o, &db));
 	pthread_t th[THREADS];
 	for (int i = 0; i < THREADS; i++)
@@ -218,11 +228,21 @@ int main(int argc, char **argv)
 	ember_stats st;
 	CHECK_OK(ember_stats_get(db, &st));
 	printf("cold_race%s: hot passes %llu, cold passes %llu, cold reads %llu+%llu, rc hits %llu, "
-	       "entry cache hits %llu, tombstones dropped %llu\n", rc_on ? " (rc)" : "",
+	       "chunk cache hits %llu, cold lookups %llu (%llu chunk + %llu record reads, %.3f per "
+	       "lookup), tombstones dropped %llu\n", rc_on ? " (rc)" : "",
 	       (unsigned long long)st.hot.compactions, (unsigned long long)st.cold.compactions,
 	       (unsigned long long)st.cold.reads_memory, (unsigned long long)st.cold.reads_disk,
 	       (unsigned long long)st.read_cache_hits, (unsigned long long)st.cold_cache_hits,
+	       (unsigned long long)st.cold_lookups, (unsigned long long)st.cold_chunk_reads,
+	       (unsigned long long)st.cold_record_reads, st.disk_reads_per_cold_lookup,
 	       (unsigned long long)st.tombstones_dropped);
+	CHECK(st.cold_lookups > 0, "reads reached the cold index");
+	if (ccall || ccsmall)
+		CHECK(st.cold_cache_hits > 0, "cold reads were served by the chunk cache");
+	if (ccall)
+		CHECK(st.cold_cache_hits > st.cold_chunk_reads,
+		      "a cache of every chunk saves most chunk reads (%llu hits, %llu reads)",
+		      (unsigned long long)st.cold_cache_hits, (unsigned long long)st.cold_chunk_reads);
 	CHECK(st.hot.compactions > 0, "hot->cold compaction ran");
 	if (tu_scaled(100) >= 100) /* sanitizer scales write too little for cold passes */
 		CHECK(st.cold.compactions > 0, "cold->cold compaction ran");

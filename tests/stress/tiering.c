@@ -11,7 +11,7 @@
  *               while compaction runs in the background and in writers (assists).
  *   concurrent_cold  the same over 16000 owned keys, each read twice: the cold
  *               tier and most chunks live on disk, so reads go through the cold
- *               entry cache (and fill it) while compaction moves chunks; the cache
+ *               chunk cache (and fill it) while compaction moves chunks; the cache
  *               must have served some (the repeats make that near certain).
  *   enospc      live data larger than the budgets: writes end with EMBER_ENOSPC (not
  *               a hang) and what was written stays readable.
@@ -208,10 +208,10 @@ static void diff_run(void)
 	CHECK(st.tombstones_dropped > 0, "tombstones died in cold->cold");
 	if (with_read_cache)
 		CHECK(st.read_cache_hits > 0, "the read cache served reads");
-	/* the default entry cache (a 32nd of log_memory) is on: repeated cold reads
-	 * must have found their chunk entry there */
-	CHECK(st.cold_cache_bytes > 0 && st.cold_cache_hits > 0, "the cold entry cache saved reads");
-	printf("read cache hits %llu, cold entry cache hits %llu (%llu KiB)\n",
+	/* the default chunk cache (a 32nd of log_memory) is on: repeated cold reads
+	 * must have found their chunk there */
+	CHECK(st.cold_cache_bytes > 0 && st.cold_cache_hits > 0, "the cold chunk cache saved reads");
+	printf("read cache hits %llu, cold chunk cache hits %llu (%llu KiB)\n",
 	       (unsigned long long)st.read_cache_hits, (unsigned long long)st.cold_cache_hits,
 	       (unsigned long long)(st.cold_cache_bytes >> 10));
 	tu_map_free(&ref);

@@ -799,11 +799,11 @@ static void test_open_superblock(void)
 
 /*
  * memory_budget's accounting (ember.h): the budget holds the hash index, the cold
- * index table, the chunk log's memory, the cold log's memory, the entry cache and
+ * index table, the chunk log's memory, the cold log's memory, the chunk cache and
  * the read cache; the hot log gets the rest, rounded down to pages (log_memory is
  * ignored), and the open fails with EMBER_EINVAL when that is under 8 pages. The
  * chunk log's memory is a 16th of the budget (at least 8 pages). Checked against
- * ember_stats: index_bytes, cold_index_bytes (table + chunk ring + entry cache),
+ * ember_stats: index_bytes, cold_index_bytes (table + chunk ring + chunk cache),
  * read_cache_bytes, cold_cache_bytes, and the hot log's memory once it is full.
  */
 static void budget_case(const char *dir, uint64_t budget, uint64_t cache, uint64_t rc,
@@ -836,8 +836,8 @@ static void budget_case(const char *dir, uint64_t budget, uint64_t cache, uint64
 	ember_stats st;
 	CHECK_OK(ember_stats_get(db, &st));
 	CHECK(st.index_bytes == index && st.read_cache_bytes == rc && st.cold_cache_bytes ==
-	      cache / 24 * 24 && st.cold_index_bytes == table + chunk + st.cold_cache_bytes,
-	      "budget %llu: index %llu (want %llu), read cache %llu (want %llu), entry cache "
+	      cache / (24 + o.cold_chunk_bytes / 2) * (24 + o.cold_chunk_bytes / 2) && st.cold_index_bytes == table + chunk + st.cold_cache_bytes,
+	      "budget %llu: index %llu (want %llu), read cache %llu (want %llu), chunk cache "
 	      "%llu (want %llu), cold index %llu (want %llu)", (unsigned long long)budget,
 	      (unsigned long long)st.index_bytes, (unsigned long long)index,
 	      (unsigned long long)st.read_cache_bytes, (unsigned long long)rc,
@@ -877,7 +877,7 @@ static void test_memory_budget(void)
 	budget_case(dir, at8, 0, 0, 0);
 	budget_case(dir, at8 - 1, 0, 0, EMBER_EINVAL);
 	budget_case(dir, at8 + page + 100, 0, 0, 0);
-	/* the read cache and the entry cache count in it */
+	/* the read cache and the chunk cache count in it */
 	budget_case(dir, at8 + 8 * page, 0, 8 * page, 0);
 	budget_case(dir, at8 + 8 * page - 1, 0, 8 * page, EMBER_EINVAL);
 	budget_case(dir, at8 + (96u << 10), 96u << 10, 0, 0);
@@ -1007,9 +1007,9 @@ static void test_bad_options(void)
 	small_opts(&good[ng].o), good[ng].o.page_size = 1u << 20, good[ng].o.log_memory = 8u << 20,
 		good[ng++].what = "1 MiB pages, 8 pages";
 	small_opts(&good[ng].o), good[ng].o.cold_cache_memory = EMBER_COLD_CACHE_OFF,
-		good[ng++].what = "no cold entry cache";
-	small_opts(&good[ng].o), good[ng].o.cold_cache_memory = 100,
-		good[ng++].what = "a cold entry cache of 4 slots";
+		good[ng++].what = "no cold chunk cache";
+	small_opts(&good[ng].o), good[ng].o.cold_cache_memory = 400,
+		good[ng++].what = "a cold chunk cache of 2 slots";
 	for (int i = 0; i < ng; i++) {
 		ember_db *db = NULL;
 		int rc = ember_open(dir, &good[i].o, &db);

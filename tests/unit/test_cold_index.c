@@ -3,10 +3,11 @@
  * conflicts between threads (no lost update: every entry ends at the number of
  * increments made on it), and chunks that live mostly on disk (a chunk log of 512
  * KiB for 16384 chunks), so updates go through the copy-on-write path that reads a
- * chunk back from disk. And the entry cache (cold_index.h, note 5): exact hits
- * and misses, and a seqlock stress in which threads fill and read a small cache
- * at once: every hit must return the entry that belongs to its (chunk copy, entry)
- * pair, never a torn mix of two fills.
+ * chunk back from disk. And the chunk cache (cold_index.h, notes 5-8): exact
+ * hits and misses, compact words (note 9: zeros, the widest span cached, wider
+ * or unaligned copies not cached), and a seqlock stress in which threads fill and read a small
+ * cache at once: every hit must return the words of the chunk copy it asked for,
+ * never a torn mix of two fills.
  */
 #include <ember.h>
 #include <pthread.h>
@@ -53,35 +54,43 @@ static void *incrementer(void *arg)
 	return NULL;
 }
 
-/* ---- entry cache ---------------------------------------------------------------- */
+/* ---- chunk cache ---------------------------------------------------------------- */
 
 static struct cold_index cache_ci;
 static _Atomic long cache_hits;
 
-/* The entry a copy at addr holds for hash: a function of both, so a torn slot
- * (one fill's tag, another's entry) shows. */
-static uint64_t cache_entry_of(uint64_t hash, uint64_t addr)
+/* Word i of the copy at addr: a function of both, so a torn slot (one fill's
+ * address, another's words, or words of two fills) shows. */
+static uint64_t cache_word_of(uint64_t addr, uint32_t i)
 {
-	return ((addr * 0x9E3779B97F4A7C15u) ^ (hash >> 8)) & EM_ADDR_MASK;
+	return EM_LOG_START + 8 * (((addr * 0x9E3779B97F4A7C15u) ^ ((uint64_t)i << 40)) & 0xFFFFFFF);
+}
+
+static void cache_fill(struct cold_index *ci, uint64_t chunk, uint64_t addr)
+{
+	_Atomic uint64_t w[512];
+	for (uint32_t i = 0; i < ci->entries; i++)
+		atomic_init(&w[i], cache_word_of(addr, i));
+	ci_cache_put(ci, chunk, addr, w);
 }
 
 static void *cache_hammer(void *arg)
 {
 	tu_rng rng;
 	tu_rng_stream(&rng, 100 + (uint64_t)(uintptr_t)arg);
-	long n = (long)tu_scaled(400000), hits = 0;
+	long n = (long)tu_scaled(200000), hits = 0;
+	uint64_t w[32];
 	for (long i = 0; i < n; i++) {
-		/* few chains and few copies per chain: slots are shared and rewritten */
+		/* few chunks and few copies per chunk: slots are shared and rewritten */
 		uint64_t chunk = tu_rng_below(&rng, 64);
-		uint64_t hash = (chunk << 20) | (tu_rng_below(&rng, 32) << 8);
 		/* a copy's address names one chunk (log addresses are never reused) */
 		uint64_t addr = EM_LOG_START + 8 * (chunk * 4 + tu_rng_below(&rng, 4));
-		uint64_t e;
 		if (tu_rng_chance(&rng, 1, 2)) {
-			ci_cache_put(&cache_ci, hash, addr, cache_entry_of(hash, addr));
-		} else if (ci_cache_get(&cache_ci, hash, addr, &e)) {
-			CHECK(e == cache_entry_of(hash, addr), "torn or foreign entry %llx for (%llx, %llx)",
-			      (unsigned long long)e, (unsigned long long)hash, (unsigned long long)addr);
+			cache_fill(&cache_ci, chunk, addr);
+		} else if (ci_cache_read(&cache_ci, chunk, addr, 0, 32, w)) {
+			for (uint32_t k = 0; k < 32; k++)
+				CHECK(w[k] == cache_word_of(addr, k), "torn or foreign word %u: %llx for %llx", k,
+				      (unsigned long long)w[k], (unsigned long long)addr);
 			hits++;
 		}
 	}
@@ -93,35 +102,74 @@ static void cache_test(void)
 {
 	struct cold_index *ci = &cache_ci;
 	CHECK_OK(ci_init(ci, 64, 256, NULL));
-	uint64_t e = 0;
+	uint64_t slot = CI_SLOT_BYTES(256), e = 0;
 	CHECK(ci_cache_get(ci, 1, EM_LOG_START, &e) == 0, "no cache: a miss");
-	ci_cache_put(ci, 1, EM_LOG_START, 5); /* no cache: nothing to do */
-	CHECK_OK(ci_cache_init(ci, 10)); /* under one slot: stays off */
+	cache_fill(ci, 0, EM_LOG_START); /* no cache: nothing to do */
+	CHECK_OK(ci_cache_init(ci, slot - 1)); /* under one slot: stays off */
 	CHECK(ci->cache == NULL && ci->cache_slots == 0, "a cache smaller than a slot is off");
-	CHECK_OK(ci_cache_init(ci, 24 * 37)); /* 37 slots: not a power of two */
+	CHECK_OK(ci_cache_init(ci, slot * 37)); /* 37 slots: not a power of two */
 	CHECK(ci->cache_slots == 37, "slots %llu", (unsigned long long)ci->cache_slots);
-	uint64_t h = (UINT64_C(3) << 20) | (UINT64_C(7) << 8);
-	CHECK(ci_cache_get(ci, h, EM_LOG_START, &e) == 0, "empty cache: a miss");
-	ci_cache_put(ci, h, 4096, 777);
-	CHECK(ci_cache_get(ci, h, 4096, &e) == 1 && e == 777, "a hit returns the entry");
+	uint64_t h = (UINT64_C(3) << 20) | (UINT64_C(7) << 8); /* chunk 3, entry 7 */
+	CHECK(ci_cache_get(ci, h, 4096, &e) == 0, "empty cache: a miss");
+	cache_fill(ci, 3, 4096);
+	CHECK(ci_cache_get(ci, h, 4096, &e) == 1 && e == cache_word_of(4096, 7),
+	      "a hit returns the entry of that copy");
 	CHECK(ci_cache_get(ci, h, 4104, &e) == 0, "another copy of the chunk misses");
-	uint64_t other = (UINT64_C(3) << 20) | (UINT64_C(8) << 8); /* same chunk, next entry */
-	CHECK(ci_cache_get(ci, other, 4096, &e) == 0, "another entry of the same copy misses");
-	ci_cache_put(ci, h, 8192, 999); /* the chunk moved: its new copy replaces the old */
-	CHECK(ci_cache_get(ci, h, 8192, &e) == 1 && e == 999, "the new copy hits");
+	CHECK(ci_cache_get(ci, h, 0, &e) == 0, "address 0 (an unwritten chunk) never hits");
+	uint64_t other = (UINT64_C(40) << 20) | (UINT64_C(7) << 8); /* chunk 40: slot 3 too */
+	CHECK(ci_cache_get(ci, other, 12288, &e) == 0, "a chunk sharing the slot misses");
+	cache_fill(ci, 3, 8192); /* the chunk moved: its new copy replaces the old */
+	CHECK(ci_cache_get(ci, h, 8192, &e) == 1 && e == cache_word_of(8192, 7), "the new copy hits");
 	CHECK(ci_cache_get(ci, h, 4096, &e) == 0, "the old copy no longer hits");
+	cache_fill(ci, 40, 12288); /* the other chunk of the slot takes it */
+	CHECK(ci_cache_get(ci, h, 8192, &e) == 0, "a replaced copy misses");
+	CHECK(ci_cache_read(ci, 40, 12288, 0, 0, NULL) == 1, "a presence check hits");
 	ci_destroy(ci);
 
-	/* the stress: 4 threads, 2048 chains folded onto 61 slots */
+	/* compact words (note 9): zeros, the widest span cached, too wide or unaligned
+	 * not cached */
 	CHECK_OK(ci_init(ci, 64, 256, NULL));
-	CHECK_OK(ci_cache_init(ci, 24 * 61));
+	CHECK_OK(ci_cache_init(ci, slot * 64));
+	_Atomic uint64_t w[32];
+	uint64_t got[32];
+	uint64_t lo = (UINT64_C(1) << 40) + 8, wide = lo + (UINT64_C(1) << 35) - 16;
+	for (uint32_t i = 0; i < 32; i++)
+		atomic_init(&w[i], i % 3 == 0 ? 0 : i % 3 == 1 ? lo + 8 * (i - 1) : wide);
+	ci_cache_put(ci, 5, 4096, w);
+	CHECK(ci_cache_read(ci, 5, 4096, 0, 32, got) == 1, "a span under 2^35 - 8 is cached");
+	for (uint32_t i = 0; i < 32; i++)
+		CHECK(got[i] == atomic_load(&w[i]), "word %u decodes to %llx, was %llx", i,
+		      (unsigned long long)got[i], (unsigned long long)atomic_load(&w[i]));
+	atomic_store(&w[2], wide + 8); /* span 2^35 - 8 */
+	ci_cache_put(ci, 6, 8192, w);
+	CHECK(ci_cache_read(ci, 6, 8192, 0, 0, NULL) == 0, "too wide a span is not cached");
+	atomic_store(&w[2], lo + 4); /* not a record address */
+	ci_cache_put(ci, 7, 12288, w);
+	CHECK(ci_cache_read(ci, 7, 12288, 0, 0, NULL) == 0, "an unaligned entry is not cached");
+	for (uint32_t i = 0; i < 32; i++)
+		atomic_store(&w[i], 0);
+	ci_cache_put(ci, 8, 16384, w);
+	CHECK(ci_cache_get(ci, (UINT64_C(8) << 20) | (UINT64_C(9) << 8), 16384, &e) == 1 && e == 0,
+	      "an all-empty copy is cached and reads 0");
+	ci_destroy(ci);
+
+	/* at most one slot per chunk: a larger cache is cut to nchunks slots */
+	CHECK_OK(ci_init(ci, 64, 256, NULL));
+	CHECK_OK(ci_cache_init(ci, slot * 1000));
+	CHECK(ci->cache_slots == 64 && ci->cache_bytes == 64 * slot, "slots %llu",
+	      (unsigned long long)ci->cache_slots);
+	ci_destroy(ci);
+
+	/* the stress: 4 threads, 64 chunks of 4 copies each folded onto 13 slots */
+	CHECK_OK(ci_init(ci, 64, 256, NULL));
+	CHECK_OK(ci_cache_init(ci, slot * 13));
 	pthread_t th[THREADS];
 	for (int i = 0; i < THREADS; i++)
 		pthread_create(&th[i], NULL, cache_hammer, (void *)(uintptr_t)i);
 	for (int i = 0; i < THREADS; i++)
 		pthread_join(th[i], NULL);
-	printf("entry cache stress: %ld hits, none torn\n", (long)atomic_load(&cache_hits));
-	CHECK(atomic_load(&cache_hits) > 0, "the stress found cached entries");
+	printf("chunk cache stress: %ld hits, none torn\n", (long)atomic_load(&cache_hits));
+	CHECK(atomic_load(&cache_hits) > 0, "the stress found cached chunks");
 	ci_destroy(ci);
 }
 

@@ -342,8 +342,11 @@ static int cmd_stats(struct ctx *c, int argc, char **argv)
 	printf("indexes:\n");
 	stat_line("hot index bytes", st.index_bytes);
 	stat_line("cold index bytes", st.cold_index_bytes);
-	stat_line("cold entry cache hits", st.cold_cache_hits);
-	stat_line("cold entry cache bytes", st.cold_cache_bytes);
+	stat_line("cold chunk cache hits", st.cold_cache_hits);
+	stat_line("cold chunk cache bytes", st.cold_cache_bytes);
+	stat_line("cold lookups", st.cold_lookups);
+	stat_line("cold chunk reads", st.cold_chunk_reads);
+	stat_line("cold record reads", st.cold_record_reads);
 	stat_line("chunk log bytes on disk", st.chunk_log_bytes_disk);
 	printf("since open:\n");
 	stat_line("user reads", st.user_reads);
@@ -359,6 +362,7 @@ static int cmd_stats(struct ctx *c, int argc, char **argv)
 	printf("  %-28s %20.3f\n", "write amplification", st.write_amplification);
 	printf("  %-28s %20.3f\n", "read amplification", st.read_amplification);
 	printf("  %-28s %20.3f\n", "cold index bytes per key", st.cold_index_bytes_per_key);
+	printf("  %-28s %20.3f\n", "disk reads per cold lookup", st.disk_reads_per_cold_lookup);
 	return EXIT_OK;
 }
 

@@ -354,7 +354,7 @@ static PyObject *db_stats(PyObject *self, PyObject *unused)
 	hot = tier_dict(&s.hot);
 	cold = tier_dict(&s.cold);
 	out = Py_BuildValue(
-		"{sNsNsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsdsdsd}", "hot", hot, "cold", cold,
+		"{sNsNsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsdsdsdsKsKsKsd}", "hot", hot, "cold", cold,
 		"read_cache_hits", s.read_cache_hits, "read_cache_bytes", s.read_cache_bytes,
 		"cold_cache_hits", s.cold_cache_hits, "cold_cache_bytes", s.cold_cache_bytes,
 		"index_bytes", s.index_bytes, "cold_index_bytes", s.cold_index_bytes,
@@ -366,7 +366,9 @@ static PyObject *db_stats(PyObject *self, PyObject *unused)
 		"tombstones_dropped", s.tombstones_dropped, "compaction_assists",
 		s.compaction_assists, "write_amplification", s.write_amplification,
 		"read_amplification", s.read_amplification, "cold_index_bytes_per_key",
-		s.cold_index_bytes_per_key);
+		s.cold_index_bytes_per_key, "cold_lookups", s.cold_lookups, "cold_chunk_reads",
+		s.cold_chunk_reads, "cold_record_reads", s.cold_record_reads,
+		"disk_reads_per_cold_lookup", s.disk_reads_per_cold_lookup);
 	return out;
 }
 

@@ -64,7 +64,7 @@ from torch import nn
 from .cache import EmbeddingCache, Table
 from .errors import StateError
 from .store import Store
-from .torch import _OPTIMIZERS, EmbeddingBagConfig, _feature, _parse_optimizer
+from .torch import _OPTIMIZERS, EmbeddingBagConfig, _feature, _load_tables, _parse_optimizer
 
 __all__ = ["ShardedEmbeddingBagCollection", "ShardError", "owner_of"]
 
@@ -668,38 +668,18 @@ class ShardedEmbeddingBagCollection(nn.Module):
                               missing_keys, unexpected_keys, error_msgs):
         """Every rank takes the whole state dict and writes the rows it owns."""
         self._quiet()
-        mine = set()
-        for t, cfg in enumerate(self.configs):
-            wkey = f"{prefix}tables.{cfg.name}.weight"
-            skey = f"{prefix}tables.{cfg.name}.optimizer_state"
-            mine.update((wkey, skey))
-            sf = self.cache.tables[t].state_floats
-            if wkey not in state_dict:
-                missing_keys.append(wkey)
-                continue
-            w = state_dict[wkey]
-            if tuple(w.shape) != (cfg.num_embeddings, cfg.embedding_dim):
-                error_msgs.append(f"{wkey}: shape {tuple(w.shape)}, expected "
-                                  f"{(cfg.num_embeddings, cfg.embedding_dim)}")
-                continue
-            st = state_dict.get(skey)
-            if sf and st is None:
-                missing_keys.append(skey)
-            if st is not None and tuple(st.shape) != (cfg.num_embeddings, sf):
-                error_msgs.append(f"{skey}: shape {tuple(st.shape)}, expected "
-                                  f"{(cfg.num_embeddings, sf)}")
-                continue
+
+        def write(t: int, cfg: EmbeddingBagConfig, w: torch.Tensor,
+                  st: Optional[torch.Tensor]) -> None:
             ids = self.owned_ids(cfg.name)
             for a in range(0, ids.numel(), 65536):
                 chunk = ids[a:a + 65536]
                 local = torch.div(chunk, self.world, rounding_mode="floor")
                 self.cache.write_rows(t, local, w[chunk].to(torch.float32),
                                       None if st is None else st[chunk].to(torch.float32))
-        if strict:
-            pre = f"{prefix}tables."
-            for k in state_dict:
-                if k.startswith(pre) and k not in mine:
-                    unexpected_keys.append(k)
+
+        _load_tables(self, state_dict, prefix, strict, missing_keys, unexpected_keys,
+                     error_msgs, write)
 
     def checkpoint(self, extra: Any = None) -> int:
         """A global checkpoint (a collective): every rank flushes its cache, records

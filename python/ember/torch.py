@@ -158,6 +158,42 @@ def _feature(name: str, x: Any) -> Tuple[torch.Tensor, torch.Tensor]:
     return values.contiguous(), offsets.contiguous()
 
 
+def _load_tables(module: Any, state_dict: Mapping[str, Any], prefix: str, strict: bool,
+                 missing_keys: List[str], unexpected_keys: List[str], error_msgs: List[str],
+                 write: Callable[[int, EmbeddingBagConfig, torch.Tensor, Optional[torch.Tensor]],
+                                 None]) -> None:
+    """load_state_dict for the tables of a collection (`module.configs`, `module.cache`):
+    every table's weight (and optimizer state) checked against its config, then
+    handed to write(t, cfg, weight, state) to go through the cache."""
+    mine = set()
+    for t, cfg in enumerate(module.configs):
+        wkey = f"{prefix}tables.{cfg.name}.weight"
+        skey = f"{prefix}tables.{cfg.name}.optimizer_state"
+        mine.update((wkey, skey))
+        sf = module.cache.tables[t].state_floats
+        if wkey not in state_dict:
+            missing_keys.append(wkey)
+            continue
+        w = state_dict[wkey]
+        if tuple(w.shape) != (cfg.num_embeddings, cfg.embedding_dim):
+            error_msgs.append(f"{wkey}: shape {tuple(w.shape)}, expected "
+                              f"{(cfg.num_embeddings, cfg.embedding_dim)}")
+            continue
+        st = state_dict.get(skey)
+        if sf and st is None:
+            missing_keys.append(skey)
+        if st is not None and tuple(st.shape) != (cfg.num_embeddings, sf):
+            error_msgs.append(f"{skey}: shape {tuple(st.shape)}, expected "
+                              f"{(cfg.num_embeddings, sf)}")
+            continue
+        write(t, cfg, w, st)
+    if strict:
+        pre = f"{prefix}tables."
+        for k in state_dict:
+            if k.startswith(pre) and k not in mine:
+                unexpected_keys.append(k)
+
+
 class _Lookup(torch.autograd.Function):
     """Pooled rows of an acquired batch; backward applies the fused optimizer to the
     batch's rows and releases the batch."""
@@ -537,37 +573,17 @@ class EmbeddingBagCollection(nn.Module):
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict,
                               missing_keys, unexpected_keys, error_msgs):
         self._quiet()
-        mine = set()
-        for t, cfg in enumerate(self.configs):
-            wkey = f"{prefix}tables.{cfg.name}.weight"
-            skey = f"{prefix}tables.{cfg.name}.optimizer_state"
-            mine.update((wkey, skey))
-            sf = self.cache.tables[t].state_floats
-            if wkey not in state_dict:
-                missing_keys.append(wkey)
-                continue
-            w = state_dict[wkey]
-            if tuple(w.shape) != (cfg.num_embeddings, cfg.embedding_dim):
-                error_msgs.append(f"{wkey}: shape {tuple(w.shape)}, expected "
-                                  f"{(cfg.num_embeddings, cfg.embedding_dim)}")
-                continue
-            st = state_dict.get(skey)
-            if sf and st is None:
-                missing_keys.append(skey)
-            if st is not None and tuple(st.shape) != (cfg.num_embeddings, sf):
-                error_msgs.append(f"{skey}: shape {tuple(st.shape)}, expected "
-                                  f"{(cfg.num_embeddings, sf)}")
-                continue
+
+        def write(t: int, cfg: EmbeddingBagConfig, w: torch.Tensor,
+                  st: Optional[torch.Tensor]) -> None:
             for a in range(0, cfg.num_embeddings, 65536):
                 b = min(cfg.num_embeddings, a + 65536)
                 ids = torch.arange(a, b, dtype=torch.int64)
                 self.cache.write_rows(t, ids, w[a:b].to(torch.float32),
                                       None if st is None else st[a:b].to(torch.float32))
-        if strict:
-            pre = f"{prefix}tables."
-            for k in state_dict:
-                if k.startswith(pre) and k not in mine:
-                    unexpected_keys.append(k)
+
+        _load_tables(self, state_dict, prefix, strict, missing_keys, unexpected_keys,
+                     error_msgs, write)
 
     def flush(self) -> None:
         """Write every updated row back to the store."""

@@ -237,9 +237,14 @@ int main(int argc, char **argv)
 	       (unsigned long long)st.cold_record_reads, st.disk_reads_per_cold_lookup,
 	       (unsigned long long)st.tombstones_dropped);
 	CHECK(st.cold_lookups > 0, "reads reached the cold index");
-	if (ccall || ccsmall)
+	/* The chunk cache saves only reads of chunks that left the chunk log's memory. At
+	 * full scale many do; the sanitizer scales write so little that sometimes none
+	 * does, and then there is nothing to check (a cache that missed would show chunk
+	 * reads instead). */
+	int cc_needed = tu_scaled(100) >= 100 || st.cold_cache_hits + st.cold_chunk_reads > 0;
+	if ((ccall || ccsmall) && cc_needed)
 		CHECK(st.cold_cache_hits > 0, "cold reads were served by the chunk cache");
-	if (ccall)
+	if (ccall && cc_needed)
 		CHECK(st.cold_cache_hits > st.cold_chunk_reads,
 		      "a cache of every chunk saves most chunk reads (%llu hits, %llu reads)",
 		      (unsigned long long)st.cold_cache_hits, (unsigned long long)st.cold_chunk_reads);

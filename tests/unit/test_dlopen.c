@@ -33,6 +33,15 @@ const char *ember_strerror(int code) { return api.strerror ? api.strerror(code) 
 
 #define THREADS 4
 
+/* ThreadSanitizer's runtime keeps pointers into an instrumented library after
+ * dlclose and calls one at exit (a SEGV there): under it the library stays loaded,
+ * and the second load only takes another reference. */
+#if defined(__SANITIZE_THREAD__)
+#define UNLOAD 0
+#else
+#define UNLOAD 1
+#endif
+
 static void *load(const char *path)
 {
 	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -140,7 +149,8 @@ int main(int argc, char **argv)
 	read_back(db, keys);
 	CHECK_OK(api.checkpoint(db, NULL));
 	CHECK_OK(api.close(db));
-	CHECK(dlclose(h) == 0, "dlclose: %s", dlerror());
+	if (UNLOAD)
+		CHECK(dlclose(h) == 0, "dlclose: %s", dlerror());
 	memset(&api, 0, sizeof api);
 
 	/* a second load in the same process: a fresh library state */
@@ -149,7 +159,8 @@ int main(int argc, char **argv)
 	CHECK_OK(api.open(dir, &o, &db));
 	read_back(db, keys);
 	CHECK_OK(api.close(db));
-	CHECK(dlclose(h) == 0, "dlclose: %s", dlerror());
+	if (UNLOAD)
+		CHECK(dlclose(h) == 0, "dlclose: %s", dlerror());
 	memset(&api, 0, sizeof api);
 	tu_tmpdir_remove(dir);
 	printf("dlopen: %d threads x %llu keys written, checkpointed, read back after a "

@@ -1,12 +1,14 @@
 /*
  * fuzz_record.c - libFuzzer target: the checks every record read back from disk
- * passes through (read_record_sync in src/store/cold.c: sizes, lengths, the whole
- * record present, checksum; then ci_chunk_ok and ci_entry for chunk records).
+ * passes through (rec_read_at and rec_check in src/log/record_reader.c, the one
+ * record reader: sizes, lengths, the whole record present, checksum; then
+ * ci_chunk_ok and ci_entry for chunk records).
  *
  * Each input is a disk block: byte 0-1 pick where in the block the record starts
  * (8-aligned, as every record is), byte 2 how large a record the reader accepts;
- * the rest is written to a scratch file at offset 4096, and the real
- * read_record_sync of a real session reads it back through io_uring. Whatever the
+ * the rest is written to a scratch file at offset 4096, and rec_read_at reads it
+ * back through a real session's io_uring (session_read_fn, as read_record_sync
+ * does, with the chosen largest record). Whatever the
  * bytes, it must return 0 or a clean error; when it returns 0 the record must lie
  * entirely inside the bytes the file holds, have sane lengths and a matching
  * checksum, and its key and value are read in full (AddressSanitizer checks the
@@ -26,6 +28,7 @@
 
 #include "core/alloc.h"
 #include "log/record.h"
+#include "log/record_reader.h"
 #include "store/store_int.h"
 
 #define BLOCK_OFF 4096u
@@ -172,11 +175,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	uint64_t file_end = BLOCK_OFF + n;
 
 	struct record *r = NULL;
-	int rc = read_record_sync(sess, db->hot, &file, addr, max_record, &r);
+	struct sync_src src = {sess, &file};
+	struct rec_rules ru = {.log = db->hot, .max_cap = max_record};
+	const char *why = NULL;
+	sess->rchunk = 0; /* rbuf is about to hold something else */
+	int rc = rec_read_at(session_read_fn, &src, &sess->rbuf, &sess->rbuf_cap, addr,
+			     FIRST_READ_MIN, &ru, &r, &why);
 	if (rc < 0) {
 		FZ_CHECK(rc == EMBER_ECORRUPT || rc == EMBER_ENOMEM || rc == EMBER_EIO ||
 				 (rc > -4096 && rc != EMBER_EAGAIN),
-			 "read_record_sync returned %d (%s)", rc, ember_strerror(rc));
+			 "rec_read_at returned %d (%s)", rc, ember_strerror(rc));
 		FZ_CHECK(!sess->ring_broken, "the session's ring broke on a plain read");
 		return 0;
 	}

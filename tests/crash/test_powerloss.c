@@ -377,7 +377,13 @@ int main(int argc, char **argv)
 	CHECK(after_writes >= ncuts / 2, "too few cuts after the first checkpoint");
 	CHECK(recovered_ckpt >= ncuts / 2, "too few recoveries of a checkpoint");
 	CHECK(replayed > 0, "no recovery replayed a record");
-	CHECK(kept > 0 && dropped > 0 && torn > 0 && undone > 0, "the simulator never varied");
+	CHECK(kept + dropped + torn > 0 && undone > 0,
+	      "no cut found an unsynced write or directory change");
+	/* each unsynced write is kept, dropped or torn at random: with 60 of them, all
+	 * three fates turn up but for about one run in 10^10; the sanitizer scales
+	 * sometimes cut beside only a handful */
+	if (kept + dropped + torn >= 60)
+		CHECK(kept > 0 && dropped > 0 && torn > 0, "the simulator never varied");
 	for (size_t k = 0; k < NSTEPS; k++)
 		CHECK(step_seen[k] > 0, "no cut landed at a checkpoint's \"%s\" step", steps[k]);
 	free(cuts);

@@ -211,6 +211,23 @@ class _Lookup(torch.autograd.Function):
         return None, None
 
 
+def _pool_source(mem: torch.Tensor, slots: torch.Tensor,
+                 dim: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The indices and weight that F.embedding_bag pools a part's lookups from.
+
+    mem is the slot arena, (nslots, width). When width is a multiple of the table's
+    dim the arena is seen, zero-copy, as rows of dim floats (slot s's row is view
+    row s * (width // dim)), so embedding_bag reads the cache in place, as
+    nn.EmbeddingBag reads its weight; otherwise the part's rows are gathered first.
+    """
+    width = mem.shape[1]
+    if width % dim == 0 and mem.is_contiguous():
+        k = width // dim
+        return (slots if k == 1 else slots * k), mem.view(-1, dim)
+    rows = mem.narrow(1, 0, dim).index_select(0, slots)
+    return torch.arange(slots.numel(), dtype=torch.int64, device=slots.device), rows
+
+
 class _Step:
     """One acquired batch of an EmbeddingBagCollection: its features, the pooled
     outputs, and what backward needs."""
@@ -225,12 +242,10 @@ class _Step:
             self._forward_device(batch, feats)
             return
         mem = ebc.cache.memory
-        for p, (values, offsets) in enumerate(feats):
+        for p, (_, offsets) in enumerate(feats):
             cfg = ebc._part_cfg[p]
-            slots = batch.part_slots(p)
-            rows = mem.narrow(1, 0, cfg.embedding_dim).index_select(0, slots)
-            idx = torch.arange(values.numel(), dtype=torch.int64)
-            self.pooled.append(F.embedding_bag(idx, rows, offsets, mode=cfg.pooling))
+            idx, weight = _pool_source(mem, batch.part_slots(p), cfg.embedding_dim)
+            self.pooled.append(F.embedding_bag(idx, weight, offsets, mode=cfg.pooling))
 
     def _forward_device(self, batch: Any, feats: List[Tuple[torch.Tensor, torch.Tensor]]) -> None:
         """GPU slots: the rows gathered from the arena on the current stream, after it
@@ -245,12 +260,11 @@ class _Step:
             mem = torch.from_numpy(np.asarray(dm))
         slots = batch.slots.to(dev)
         offs = batch.offsets
-        for p, (values, offsets) in enumerate(feats):
+        for p, (_, offsets) in enumerate(feats):
             cfg = ebc._part_cfg[p]
             a, b = int(offs[p]), int(offs[p + 1])
-            rows = mem.narrow(1, 0, cfg.embedding_dim).index_select(0, slots[a:b])
-            idx = torch.arange(values.numel(), dtype=torch.int64, device=dev)
-            self.pooled.append(F.embedding_bag(idx, rows, offsets.to(dev), mode=cfg.pooling))
+            idx, weight = _pool_source(mem, slots[a:b], cfg.embedding_dim)
+            self.pooled.append(F.embedding_bag(idx, weight, offsets.to(dev), mode=cfg.pooling))
         del mem, dm  # the arena view lives no longer than forward
 
     def _row_grads(self, p: int, g: torch.Tensor, dev: torch.device) -> torch.Tensor:

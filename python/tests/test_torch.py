@@ -158,6 +158,31 @@ def test_trains_like_torch(store_path, optimizer):
     store.close()
 
 
+@pytest.mark.parametrize("optimizer", [("sgd", 0.5), ("adagrad", 0.1)])
+def test_mixed_dims_train_like_torch(store_path, optimizer):
+    """Tables of dims 8, 4 and 6 in one cache (its rows 8 floats wide, then the
+    Adagrad state): forward pools a table whose dim divides the row width straight
+    from the slots (every row, or every second one: dims 8 and 4) and gathers the
+    dim-6 table's rows first; all three train as nn.EmbeddingBag does."""
+    dims = (8, 4, 6)
+    cfgs = [EmbeddingBagConfig(f"t{k}", n, d, pooling=("sum", "mean", "sum")[k])
+            for k, (n, d) in enumerate(zip(ROWS, dims))]
+    g = torch.Generator().manual_seed(SEED + 7)
+    w = torch.randn(sum(dims), generator=g) / 4
+    batches = make_batches(SEED + 7, max(10, int(40 * SCALE)))
+    store = ember.Store(store_path, **STORE_OPTS)
+    ebc = open_ebc(store, optimizer, cfgs=cfgs)
+    ref = Reference(ebc, optimizer)
+    for step, (feats, y) in enumerate(ebc.pipeline(batches, sparse=lambda b: b[0])):
+        got = ember_step(ebc, feats, y, w)
+        want = ref.step(feats, y, w)
+        assert got == pytest.approx(want, rel=1e-5, abs=1e-6), f"step {step}"
+    assert ebc.stats().rows_evicted > 0
+    compare(ebc, ref, rtol=1e-5, atol=1e-6)
+    ebc.close()
+    store.close()
+
+
 def test_direct_forward_without_pipeline(store_path):
     batches = make_batches(SEED + 1, max(5, int(20 * SCALE)))
     w = head()

@@ -531,23 +531,32 @@ void em_pl_open_end(const char *path, int oflags, int st, int fd)
 	pthread_mutex_unlock(&pl.mu);
 }
 
+/* The end of an unlink or a rename that may have replaced a regular file, under
+ * pl.mu: when it succeeded the event is recorded, and stash (a link to the replaced
+ * inode, or NULL) goes with it, as the unlinked path's (stash) or the rename
+ * target's (stash2); when it failed, or the event could not be recorded, the stash
+ * is removed. */
+static void dir_replaced(int rc, int kind, const char *ev, const char *a, const char *b,
+			 char *stash)
+{
+	struct pldir *d = rc == 0 ? dir_add(kind, a, b, pl_event(ev, a, b)) : NULL;
+	if (d && kind == D_UNLINK)
+		d->stash = stash;
+	else if (d)
+		d->stash2 = stash;
+	else if (stash) {
+		(void)unlink(stash);
+		free(stash);
+	}
+}
+
 int em_pl_unlink(const char *path)
 {
 	pthread_mutex_lock(&pl.mu);
 	struct stat sb;
 	char *stash = lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) ? stash_link(path) : NULL;
 	int rc = unlink(path) == 0 ? 0 : -errno;
-	if (rc == 0) {
-		int after = pl_event("unlink", path, NULL);
-		struct pldir *d = dir_add(D_UNLINK, path, NULL, after);
-		if (d)
-			d->stash = stash;
-		else if (stash)
-			free(stash);
-	} else if (stash) {
-		(void)unlink(stash);
-		free(stash);
-	}
+	dir_replaced(rc, D_UNLINK, "unlink", path, NULL, stash);
 	pthread_mutex_unlock(&pl.mu);
 	return rc;
 }
@@ -560,17 +569,7 @@ int em_pl_rename(const char *from, const char *to, int noreplace)
 	int rc = noreplace ? renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE)
 			   : rename(from, to);
 	rc = rc == 0 ? 0 : -errno;
-	if (rc == 0) {
-		int after = pl_event("rename", from, to);
-		struct pldir *d = dir_add(D_RENAME, from, to, after);
-		if (d)
-			d->stash2 = stash;
-		else if (stash)
-			free(stash);
-	} else if (stash) {
-		(void)unlink(stash);
-		free(stash);
-	}
+	dir_replaced(rc, D_RENAME, "rename", from, to, stash);
 	pthread_mutex_unlock(&pl.mu);
 	return rc;
 }

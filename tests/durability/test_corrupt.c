@@ -10,6 +10,11 @@
  *             file; a full ember_verify run (when it is linked) counts the damage
  *   truncate  each log cut short (to 0, to half, by one block): the same rule
  *   super     bit flips in the superblock: EMBER_ECORRUPT or EMBER_ENOTEMBER
+ *   ckflip    bit flips in the checkpoint's own files: its meta (anywhere in the
+ *             4 KiB block, the unused bytes and the tiers' counts too, which no
+ *             other check reads), hot.index and cold.table (within the lengths
+ *             the meta gives): the open fails with EMBER_ECORRUPT, never
+ *             recovers from the damaged checkpoint (docs/checkpoint.md)
  *   missing   a log file deleted: the open fails cleanly; a checkpoint file
  *             deleted: EMBER_ECORRUPT (meta present), or the store opens empty
  *             (meta gone: indistinguishable from a crash during the first
@@ -278,6 +283,79 @@ static void test_super(void)
 	remove_store(d);
 }
 
+static uint64_t meta_word(const char *d, off_t off)
+{
+	char p[800];
+	snprintf(p, sizeof(p), "%s/checkpoints/%016llx/meta", d, 1ull);
+	int fd = open(p, O_RDONLY);
+	CHECK(fd >= 0, "open %s", p);
+	uint64_t v = 0;
+	CHECK(pread(fd, &v, 8, off) == 8, "pread %s", p);
+	close(fd);
+	return v;
+}
+
+/* The offset of the first nonzero 8-byte word of file p at or after from (wrapping). */
+static off_t nonzero_word(const char *p, off_t from)
+{
+	off_t size = file_size(p);
+	int fd = open(p, O_RDONLY);
+	CHECK(fd >= 0, "open %s", p);
+	for (off_t i = 0; i < size; i += 8) {
+		off_t off = (from + i) % size;
+		uint64_t w = 0;
+		CHECK(pread(fd, &w, 8, off) == 8, "pread %s", p);
+		if (w) {
+			close(fd);
+			return off;
+		}
+	}
+	close(fd);
+	CHECK(0, "%s holds only zeros", p);
+	return 0;
+}
+
+static void test_ckpt_flip(void)
+{
+	enum { META_SIZE = 4096, META_FIELDS = 208, META_COLD_RECORDS = 200,
+	       META_INDEX_ENTRIES = 144, META_TABLE_BYTES = 160 }; /* docs/format.md */
+	static const char *const files[] = {"meta", "hot.index", "cold.table"};
+	char d[600], p[800];
+	snprintf(d, sizeof(d), "%s.ckflip", base_dir);
+	copy_store(d);
+	/* what the checksums of hot.index and cold.table cover */
+	uint64_t covered[3] = {META_SIZE - 8, meta_word(d, META_INDEX_ENTRIES) * 16,
+			       meta_word(d, META_TABLE_BYTES)};
+	CHECK(covered[1] > 0 && covered[2] > 0, "an empty hot.index or cold.table");
+	for (int f = 0; f < 3; f++) {
+		for (int t = 0; t < 3; t++) {
+			copy_store(d);
+			snprintf(p, sizeof(p), "%s/checkpoints/%016llx/%s", d, 1ull, files[f]);
+			off_t off = (off_t)tu_rng_below(tu_rng_global(), covered[f]);
+			uint8_t mask = (uint8_t)(1u << tu_rng_below(tu_rng_global(), 8));
+			if (f == 0 && t == 0) /* the unused bytes after the fields */
+				off = META_FIELDS + (off_t)tu_rng_below(tu_rng_global(),
+									META_SIZE - 8 - META_FIELDS);
+			else if (f == 0 && t == 1) /* a count */
+				off = META_COLD_RECORDS;
+			else if (f > 0 && t == 0) { /* an address 8 bytes off: in range */
+				off = f == 1 ? (off / 16) * 16 + 8 : nonzero_word(p, off / 8 * 8);
+				mask = 1u << 3;
+			}
+			flip_at(p, off, mask);
+			ember_options o;
+			opts(&o);
+			o.log_fn = log_line;
+			ember_db *db = NULL;
+			int rc = ember_open(d, &o, &db);
+			CHECK(rc == EMBER_ECORRUPT && db == NULL,
+			      "%s flipped at %lld: the open returned %d (%s), want EMBER_ECORRUPT",
+			      files[f], (long long)off, rc, ember_strerror(rc));
+		}
+	}
+	remove_store(d);
+}
+
 static void test_missing(void)
 {
 	static const char *const files[] = {"hot.log", "cold.log", "cold.idx"};
@@ -329,6 +407,7 @@ int main(int argc, char **argv)
 	KEYS = tu_scaled(12000) < 8000 ? 8000 : tu_scaled(12000);
 	build();
 	test_super();
+	test_ckpt_flip();
 	test_missing();
 	test_truncate();
 	test_flip();

@@ -8,7 +8,9 @@
  *   hot    version 1 moved to the cold log by compaction, version 2 in the hot log
  *   cold   versions 1 and 2 both moved to the cold log
  *   chunk  live cold keys whose hash chunk (the cold index's record in cold.idx
- *          that names their cold chain) is damaged instead of their record
+ *          that names their cold chain) is damaged instead of their record: one
+ *          byte of an entry, or (the last) marked a tombstone with its checksum
+ *          made right, which only the chunk's own checks refuse
  * The store is closed, opened once as a control (every key reads its version 2,
  * ember_verify finds nothing), and closed. Then, in the files, each hot and cold
  * key's version-2 record gets one byte flipped (in turn: a value byte in the
@@ -38,6 +40,7 @@
 #include <unistd.h>
 
 #include "core/hash.h"
+#include "log/record.h" /* a chunk damaged with its checksum made right */
 #include "test_util.h"
 
 enum { HOT, COLD, CHUNK, PAD, SEP, NKIND };
@@ -45,7 +48,7 @@ static const char *const kind_name[NKIND] = {"hot", "cold", "chunk", "pad", "sep
 #define NHOT 18 /* two of each flip */
 #define NCOLD 18
 #define NCHUNK_CAND 64 /* candidates for the chunk keys: the first 3 that qualify */
-#define NCHUNK 3
+#define NCHUNK 4 /* the last one's chunk well-formed but a tombstone */
 #define CHUNKS (1u << 13)
 #define CHUNK_BYTES 64u
 #define BUCKETS (1u << 12)
@@ -232,6 +235,27 @@ static void flip_file(const char *name, uint64_t off, uint8_t mask)
 	close(fd);
 }
 
+/* Mark the chunk copy at addr of cold.idx (image idx) a tombstone, with its checksum
+ * recomputed: it passes every check of a record read back, but a chunk is never a
+ * tombstone (cold_index.h, ci_chunk_ok). */
+static void chunk_tombstone(const uint8_t *idx, uint64_t addr)
+{
+	_Alignas(8) uint8_t rec[REC_HDR_SIZE + 8 + CHUNK_BYTES];
+	memcpy(rec, idx + addr, sizeof(rec));
+	struct record *r = (struct record *)(void *)rec;
+	uint64_t hdr = rec_header(r);
+	CHECK(hdr == 0 && r->checksum == rec_checksum(r), "chunk at %llu: header %llx",
+	      (unsigned long long)addr, (unsigned long long)hdr);
+	atomic_store_explicit(&r->header, REC_TOMBSTONE, memory_order_relaxed);
+	r->checksum = rec_checksum(r);
+	char p[700];
+	path_of(p, sizeof(p), "cold.idx");
+	int fd = open(p, O_RDWR);
+	CHECK(fd >= 0, "open %s", p);
+	CHECK(pwrite(fd, rec, 16, (off_t)addr) == 16, "pwrite"); /* header, seq, checksum */
+	close(fd);
+}
+
 /* The newest checkpoint's directory name (16 hex digits). */
 static void newest_ckpt(char *out, size_t cap)
 {
@@ -384,7 +408,10 @@ static void damage(void)
 		uint64_t entry = (h >> 8) & (CHUNK_BYTES / 8 - 1);
 		CHECK(get64(idx, addr + 40 + 8 * entry) != 0, "chunk key %llu: empty entry",
 		      (unsigned long long)i);
-		flip_file("cold.idx", addr + 40 + 8 * entry + 3, 0x08); /* address bit 27 */
+		if (nchunk < NCHUNK - 1)
+			flip_file("cold.idx", addr + 40 + 8 * entry + 3, 0x08); /* address bit 27 */
+		else
+			chunk_tombstone(idx, addr);
 		damaged_chunk[c] = 1;
 		targets[ntargets++] = (struct target){CHUNK, i, -1, c};
 		nchunk++;

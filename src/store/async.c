@@ -487,6 +487,10 @@ static int async_pending(ember_session *s, struct async_state *as, ember_op *op,
 		aop_free(s, a);
 		return op_now(op, rc, len);
 	}
+	if (a->state == AOP_READING)
+		/* the disk starts now, while the caller goes on; a failure here shows again
+		 * at the next poll's submit, which ends the lookups in flight with it */
+		(void)em_ring_submit(&as->pool.ring);
 	op->vlen = 0;
 	op->reserved[0] = (OP_TAG << 32) | a->idx;
 	op->reserved[1] = (uint64_t)(uintptr_t)s;

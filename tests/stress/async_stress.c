@@ -53,7 +53,7 @@ static void options(ember_options *o)
 	}
 	o->hot_disk_budget = 2 << 20;
 	o->cold_log_memory = 512 << 10;
-	o->cold_disk_budget = 10 << 20;
+	o->cold_disk_budget = 8 << 20; /* twice the ~3.6 MiB live set */
 	o->cold_index_chunks = 1 << 13;
 	o->cold_chunk_bytes = 128;
 	o->read_cache_memory = 512 << 10;
@@ -188,7 +188,10 @@ static void *worker_main(void *arg)
 	tu_rng_stream(&w->rng, w->id + 1);
 	tu_map_init(&w->ref);
 	CHECK_OK(ember_session_open(db, &w->s));
+	/* at least 30000: enough turnover for cold->cold passes at sanitizer scales */
 	uint64_t ops = tu_scaled(tiering ? 60000 : 100000);
+	if (ops < 30000)
+		ops = 30000;
 	while (w->ops < ops) {
 		struct slot *free_slot = NULL;
 		for (int i = 0; i < INFLIGHT && !free_slot; i++)
@@ -244,7 +247,7 @@ int main(int argc, char **argv)
 {
 	tu_init("async_stress", argc, argv);
 	tiering = argc > 1 && strcmp(argv[1], "tiering") == 0;
-	keyspace = tiering ? 9000 : 6000;
+	keyspace = 6000;
 	char dir[512];
 	CHECK(tu_tmpdir_make("async-stress", dir, sizeof(dir)) == 0, "tmpdir");
 	ember_options o;

@@ -71,6 +71,8 @@ enum {
 	EMBER_ENOSPC = -30013,   /* a configured limit is exhausted: sessions, or the disk
 				    budgets (live data fills them: compaction cannot make room) */
 	EMBER_EREADONLY = -30014,/* the store was opened read-only (EMBER_OPEN_READONLY) */
+	EMBER_EPENDING = -30015, /* an asynchronous operation was started and completes
+				    later (ember_session_poll / ember_session_wait) */
 };
 
 /* A static, human-readable explanation of any return code (Ember's or -errno). */
@@ -341,7 +343,10 @@ int ember_close(ember_db *db);
 int ember_session_open(ember_db *db, ember_session **s);
 
 /*
- * Close a session. Accepts NULL. The handle's memory is kept for reuse: a later
+ * Close a session. Accepts NULL. Returns EMBER_EBUSY (and closes nothing) while
+ * asynchronous operations of the session are in flight (ember_session_wait with
+ * EMBER_WAIT_ALL first), and EMBER_ESTATE when called from one of its completion
+ * callbacks. The handle's memory is kept for reuse: a later
  * call with the closed handle returns EMBER_ESTATE rather than touching freed
  * memory, until EMBER_MAX_SESSIONS more sessions have been closed; after that
  * ember_session_open may hand the same memory out again, so a closed handle must
@@ -421,6 +426,130 @@ int ember_get_batch(ember_session *s, size_t n, const void *const keys[],
 int ember_put_batch(ember_session *s, size_t n, const void *const keys[],
 		    const size_t klens[], const void *const vals[], const size_t vlens[],
 		    int status[]);
+
+/* ---- asynchronous operations (docs/async.md) ------------------------------------ */
+
+/*
+ * Operations that may complete later, so that one thread keeps many disk reads in
+ * flight: a start call either completes the operation at once, or returns
+ * EMBER_EPENDING and completes it later inside ember_session_poll() or
+ * ember_session_wait() of the same session.
+ *
+ * The record. The caller owns an ember_op per operation in flight: zero it before
+ * its first use, set done and user if wanted, and pass it to a start call. The
+ * record must stay at its address, untouched except for reading status, until
+ * the operation completes; then it may be reused (or freed) at once, even from its
+ * own done callback.
+ *
+ * Completion. A start call that completes the operation at once returns its result
+ * (0 or an error, as the synchronous call would return it) and sets status to the
+ * same value; done is not called. A start call that returns EMBER_EPENDING sets
+ * status to EMBER_EPENDING; when the operation completes, inside poll or wait,
+ * status (and vlen) get the result and then done(op) is called if set. Arguments
+ * are checked at the start: an invalid one returns its code at once (status set
+ * to it), except that a NULL op returns EMBER_EINVAL and an op still in flight
+ * returns EMBER_EBUSY without touching the record.
+ *
+ * Ownership. Keys and put values are copied during the start call: their buffers
+ * may be reused when it returns. A get's buf and an rmw's arg must stay valid
+ * until the operation completes. An rmw's callback runs during the start call or,
+ * for a pending rmw, inside poll or wait.
+ *
+ * Order (docs/async.md, invariants 1-4). Within a session, operations on the same
+ * key take effect in the order they were started: a get started after a put,
+ * delete or rmw of the key sees its result even while that write is pending, and
+ * a write started while an rmw of the key is pending is applied after the rmw, so
+ * the rmw never overwrites it. An operation on a key with operations in flight is
+ * queued behind them (EMBER_EPENDING). Operations on different keys complete in no
+ * particular order. Across sessions each operation takes effect at one moment
+ * between its start and its completion.
+ *
+ * When an operation goes pending. A get whose record is not in memory (hot log on
+ * disk, cold tier); an rmw whose old value is not in memory; any operation on a key
+ * with operations in flight. Puts and deletes of other keys complete at once. A
+ * start may block as the synchronous calls do (waiting for log space, helping
+ * compaction at a disk budget's hard limit).
+ *
+ * Limits. At most EMBER_MAX_INFLIGHT operations per session are in flight
+ * (started and not yet delivered): a start that would go pending past that
+ * returns EMBER_EAGAIN (status set; nothing done): poll or wait, then start it
+ * again. Up to io_queue_depth of them read the disk at once; the others wait for a
+ * slot of the session's ring.
+ *
+ * Threads. The calls of this section belong to the session's thread, like every
+ * call on a session. Pending operations progress only inside ember_session_poll()
+ * and ember_session_wait(). While any is in flight the session's synchronous data
+ * calls (ember_get, ember_put, ember_delete, ember_rmw, ember_get_batch,
+ * ember_put_batch) return EMBER_EBUSY, and ember_session_close() returns
+ * EMBER_EBUSY. A done callback may start new operations on the session (and use
+ * other sessions' synchronous calls), but not call ember_session_poll,
+ * ember_session_wait or ember_session_close on it (EMBER_ESTATE).
+ */
+#define EMBER_MAX_INFLIGHT 1024u
+
+enum ember_op_kind {
+	EMBER_OP_GET = 1,
+	EMBER_OP_PUT = 2,
+	EMBER_OP_DELETE = 3,
+	EMBER_OP_RMW = 4,
+};
+
+typedef struct ember_op ember_op;
+/* Called once when a pending operation completes, on the session's thread inside
+ * ember_session_poll() or ember_session_wait(), after op->status is set. */
+typedef void (*ember_op_fn)(ember_op *op);
+
+struct ember_op {
+	/* set by the caller before the start call (zero: none) */
+	ember_op_fn done;  /* completion callback of a pending operation */
+	void *user;        /* the caller's; never read by the library */
+	/* set by the library */
+	int kind;          /* enum ember_op_kind, by the start call */
+	int status;        /* EMBER_EPENDING while in flight, then the result */
+	size_t vlen;       /* a get's value length (result 0, or EMBER_ERANGE: needed) */
+	/* the library's; zero before first use, never written by the caller after */
+	uint64_t reserved[2];
+};
+
+/*
+ * Start a get of key into buf (capacity cap; buf may be NULL when cap is 0). The
+ * result and op->vlen are ember_get()'s; buf must stay valid until completion.
+ */
+int ember_get_async(ember_session *s, ember_op *op, const void *key, size_t klen, void *buf,
+		    size_t cap);
+/* Start a put (as ember_put); key and val are copied. */
+int ember_put_async(ember_session *s, ember_op *op, const void *key, size_t klen,
+		    const void *val, size_t vlen);
+/* Start a delete (as ember_delete); key is copied. */
+int ember_delete_async(ember_session *s, ember_op *op, const void *key, size_t klen);
+/* Start a read-modify-write (as ember_rmw); fn and arg are used until completion. */
+int ember_rmw_async(ember_session *s, ember_op *op, const void *key, size_t klen,
+		    ember_rmw_fn fn, void *arg);
+
+/*
+ * Progress the session's pending operations without blocking: submit and reap its
+ * disk reads, run the steps that follow them, and deliver every operation that
+ * completed (status, then done). Returns how many were delivered (0 or more), or
+ * EMBER_EINVAL / EMBER_ESTATE (NULL, closed session, or called from a done
+ * callback of the session).
+ */
+int ember_session_poll(ember_session *s);
+
+/* ember_session_wait flags */
+#define EMBER_WAIT_ALL 0x1u /* wait until no operation of the session is in flight */
+
+/*
+ * Like ember_session_poll, but blocks until at least one operation was delivered
+ * (flags 0) or until none is in flight (EMBER_WAIT_ALL; operations started by done
+ * callbacks meanwhile are waited for too). Returns at once when nothing is in
+ * flight. Returns how many were delivered, or an error as poll does (an unknown
+ * flag: EMBER_EINVAL).
+ */
+int ember_session_wait(ember_session *s, unsigned flags);
+
+/* Operations of the session in flight (started, not yet delivered), or
+ * EMBER_EINVAL / EMBER_ESTATE. */
+int ember_session_inflight(ember_session *s);
 
 /* ---- durability (docs/checkpoint.md) ------------------------------------------- */
 

@@ -1,7 +1,7 @@
 /*
  * errors.c - ember_strerror() and ember_version().
  *
- * Ember's own codes live in [-30014, -30000]; anything else negative is a negated
+ * Ember's own codes live in [-30015, -30000]; anything else negative is a negated
  * errno value, explained by the C library's description of it.
  */
 #include <ember.h>
@@ -29,6 +29,7 @@ const char *ember_strerror(int code)
 	case EMBER_EAGAIN: return "resource temporarily unavailable, try again";
 	case EMBER_ENOSPC: return "a configured limit is exhausted";
 	case EMBER_EREADONLY: return "the store is open read-only";
+	case EMBER_EPENDING: return "the operation is pending: it completes in ember_session_poll or ember_session_wait";
 	default: break;
 	}
 	if (code < 0 && code > -4096) {

@@ -62,7 +62,7 @@ static int batch_reserve(ember_session *s, size_t n)
 int ember_get_batch(ember_session *s, size_t n, const void *const keys[], const size_t klens[],
 		    void *const bufs[], const size_t caps[], size_t vlens[], int status[])
 {
-	int rc = session_check(s);
+	int rc = sync_check(s);
 	if (rc < 0)
 		return rc;
 	if (n == 0)

@@ -494,7 +494,7 @@ static int compact_pass(struct compactor *c, ember_session *s, int kind, uint64_
 			;
 		epoch_wait_safe(db->ep);
 		/* give the file space back, as far as no checkpoint needs it */
-		int prc = ckpt_release(db, kind, a, &s->ring);
+		int prc = ckpt_release(db, kind, a, &s->pool.ring);
 		if (prc < 0)
 			rc = prc;
 		if (kind == COMPACT_HOT)

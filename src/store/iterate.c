@@ -279,7 +279,7 @@ static int hops_read(struct iter *it, size_t nh)
 	struct ember_db *db = it->db;
 	size_t next = 0;
 	for (;;) {
-		while (next < nh && s->ring.inflight < s->ring.depth) {
+		while (next < nh && s->pool.ring.inflight < s->pool.ring.depth) {
 			struct hop *h = &it->hops[next];
 			if (h->done) {
 				next++;
@@ -295,19 +295,19 @@ static int hops_read(struct iter *it, size_t nh)
 			h->off = off;
 			h->len = (uint32_t)len;
 			h->res = 0;
-			rc = em_ring_read(&s->ring, h->cold ? &db->cold_file : &db->hot_file, h->buf,
+			rc = em_ring_read(&s->pool.ring, h->cold ? &db->cold_file : &db->hot_file, h->buf,
 					      (uint32_t)len, off, next);
 			if (rc < 0)
 				return rc;
 			next++;
 		}
-		if (!s->ring.inflight)
+		if (!s->pool.ring.inflight)
 			return 0;
-		int rc = em_ring_submit(&s->ring);
+		int rc = em_ring_submit(&s->pool.ring);
 		if (rc == 0)
-			rc = em_ring_reap(&s->ring, 1, hop_cqe, it);
+			rc = em_ring_reap(&s->pool.ring, 1, hop_cqe, it);
 		if (rc < 0) {
-			s->ring_broken = 1; /* reads may still be in flight: the session's end waits */
+			s->pool.broken = 1; /* reads may still be in flight: the session's end waits */
 			return rc;
 		}
 	}

@@ -56,13 +56,6 @@
 #include "core/alloc.h"
 #include "core/hash.h"
 
-struct lookup_run {
-	ember_session *s;
-	struct lookup *lk;
-	lookup_done_fn done;
-	void *ctx;
-};
-
 enum { LK_READ = 1, LK_FINISHED = 0 };
 
 static struct hlog *phase_log(struct ember_db *db, int phase)
@@ -228,22 +221,25 @@ static int lk_restart(struct lookup_run *run, struct lookup *l)
 	return r;
 }
 
-static void slot_release(ember_session *s, uint32_t idx)
+static void slot_release(struct io_pool *p, uint32_t idx)
 {
-	struct io_slot *io = &s->io[idx];
+	struct io_slot *io = &p->io[idx];
 	io->busy = 0;
+	io->lk = NULL;
 	if (io->big) {
 		em_free(io->big, io->big_cap);
 		io->big = NULL;
 		io->big_cap = 0;
 	}
-	s->io_free[s->io_free_n++] = idx;
+	p->io_free[p->io_free_n++] = idx;
 }
 
-/* Queue the read of lookup li on I/O slot idx. */
-static int issue(ember_session *s, struct lookup *l, uint32_t idx, uint32_t li)
+/* Queue the read of lookup l on I/O slot idx of the run's pool. */
+static int issue(struct lookup_run *run, struct lookup *l, uint32_t idx)
 {
-	struct io_slot *io = &s->io[idx];
+	ember_session *s = run->s;
+	struct io_pool *p = run->pool;
+	struct io_slot *io = &p->io[idx];
 	uint64_t off = em_align_down(l->addr, EM_IO_ALIGN);
 	/* a record's first read may follow the caller's hint; a chunk's never does */
 	uint64_t first = l->hint && l->phase != LK_CHUNK ? l->hint : FIRST_READ_MIN;
@@ -272,7 +268,7 @@ static int issue(ember_session *s, struct lookup *l, uint32_t idx, uint32_t li)
 	}
 	io->cur = buf;
 	io->busy = 1;
-	io->lookup = li;
+	io->lk = l;
 	io->off = off;
 	io->len = (uint32_t)len;
 	stat_add(&s->cur->ios, 1);
@@ -281,20 +277,21 @@ static int issue(ember_session *s, struct lookup *l, uint32_t idx, uint32_t li)
 		stat_add(&s->cur->chunk_reads, 1);
 	else if (l->phase == LK_COLD)
 		stat_add(&s->cur->cold_rec_reads, 1);
-	return em_ring_read(&s->ring, phase_file(s->db, l->phase), buf, (uint32_t)len, off, idx);
+	return em_ring_read(&p->ring, phase_file(s->db, l->phase), buf, (uint32_t)len, off, idx);
 }
 
 /* After a memory step: read again on the same slot, or release it. */
-static void continue_or_release(struct lookup_run *run, struct lookup *l, uint32_t idx,
-				uint32_t li, int next)
+static void continue_or_release(struct lookup_run *run, struct lookup *l, uint32_t idx, int next)
 {
 	if (next == LK_READ) {
-		int rc = issue(run->s, l, idx, li);
+		int rc = issue(run, l, idx);
 		if (rc == 0)
 			return;
+		slot_release(run->pool, idx);
 		finish(run, l, rc, NULL, 0);
+		return;
 	}
-	slot_release(run->s, idx);
+	slot_release(run->pool, idx);
 }
 
 /* A record read back failed its checks: corruption, or compaction moved it. */
@@ -328,9 +325,8 @@ static void on_read(struct lookup_run *run, uint32_t idx, int res)
 {
 	ember_session *s = run->s;
 	struct ember_db *db = s->db;
-	struct io_slot *io = &s->io[idx];
-	uint32_t li = io->lookup;
-	struct lookup *l = &run->lk[li];
+	struct io_slot *io = &run->pool->io[idx];
+	struct lookup *l = io->lk;
 	uint8_t *buf = io->cur;
 	int next;
 	if (l->addr < hlog_load(&phase_log(db, l->phase)->begin)) {
@@ -342,8 +338,8 @@ static void on_read(struct lookup_run *run, uint32_t idx, int res)
 		goto out;
 	}
 	if (res < 0) {
+		slot_release(run->pool, idx);
 		finish(run, l, res, NULL, 0);
-		slot_release(s, idx);
 		return;
 	}
 	uint64_t pos = l->addr - io->off;
@@ -439,58 +435,116 @@ static void on_read(struct lookup_run *run, uint32_t idx, int res)
 		next = LK_FINISHED;
 	}
 out:
-	continue_or_release(run, l, idx, li, next);
+	continue_or_release(run, l, idx, next);
 }
 
 static void on_cqe(void *ctx, uint64_t ud, int res) { on_read(ctx, (uint32_t)ud, res); }
 
+int lookup_begin(struct lookup_run *run, struct lookup *l)
+{
+	ember_session *s = run->s;
+	struct io_pool *p = run->pool;
+	struct ember_db *db = s->db;
+	if (p->broken) {
+		finish(run, l, EMBER_EIO, NULL, 0);
+		return 0;
+	}
+	l->want = 0;
+	epoch_protect(db->ep, s->slot);
+	int step = lk_resolve(run, l);
+	epoch_unprotect(db->ep, s->slot);
+	if (step != LK_READ)
+		return 0;
+	uint32_t idx = p->io_free[--p->io_free_n];
+	int ir = issue(run, l, idx);
+	if (ir < 0) {
+		slot_release(p, idx);
+		finish(run, l, ir, NULL, 0);
+		return 0;
+	}
+	return 1;
+}
+
+int lookups_progress(struct lookup_run *run, int wait)
+{
+	struct io_pool *p = run->pool;
+	if (p->ring.inflight == 0)
+		return 0;
+	int rc = em_ring_submit(&p->ring);
+	if (rc >= 0)
+		rc = em_ring_reap(&p->ring, wait ? 1 : 0, on_cqe, run);
+	if (rc >= 0)
+		return rc;
+	/* the ring failed: fail the reads in flight; their slots stay busy, since the
+	 * kernel may still write into their buffers */
+	p->broken = 1;
+	for (uint32_t i = 0; i < p->io_n; i++) {
+		struct lookup *l = p->io[i].lk;
+		if (p->io[i].busy && l) {
+			p->io[i].lk = NULL;
+			finish(run, l, rc, NULL, 0);
+		}
+	}
+	return rc;
+}
+
 int lookups_run(ember_session *s, struct lookup *lk, size_t n, lookup_done_fn done, void *ctx)
 {
-	struct lookup_run run = {s, lk, done, ctx};
-	struct ember_db *db = s->db;
+	struct lookup_run run = {s, &s->pool, done, ctx};
 	size_t next = 0;
 	int rc = 0;
-	if (s->ring_broken) {
+	if (s->pool.broken) {
 		for (size_t i = 0; i < n; i++)
 			finish(&run, &lk[i], EMBER_EIO, NULL, 0);
 		return EMBER_EIO;
 	}
-	while (next < n || s->ring.inflight > 0) {
-		while (next < n && s->io_free_n > 0) {
-			struct lookup *l = &lk[next];
-			l->want = 0;
-			epoch_protect(db->ep, s->slot);
-			int step = lk_resolve(&run, l);
-			epoch_unprotect(db->ep, s->slot);
-			if (step == LK_READ) {
-				uint32_t idx = s->io_free[--s->io_free_n];
-				int ir = issue(s, l, idx, (uint32_t)next);
-				if (ir < 0) {
-					slot_release(s, idx);
-					finish(&run, l, ir, NULL, 0);
-				}
-			}
-			next++;
-		}
-		if (s->ring.inflight == 0)
+	while (next < n || s->pool.ring.inflight > 0) {
+		while (next < n && s->pool.io_free_n > 0 && !s->pool.broken)
+			(void)lookup_begin(&run, &lk[next++]);
+		if (s->pool.ring.inflight == 0)
 			continue;
-		rc = em_ring_submit(&s->ring);
-		if (rc < 0)
-			break;
-		rc = em_ring_reap(&s->ring, 1, on_cqe, &run);
+		rc = lookups_progress(&run, 1);
 		if (rc < 0)
 			break;
 		rc = 0;
 	}
-	if (rc < 0) {
-		/* the ring failed: fail the reads in flight and what is left; their slots
-		 * stay busy, since the kernel may still write into their buffers */
-		s->ring_broken = 1;
-		for (uint32_t i = 0; i < s->io_n; i++)
-			if (s->io[i].busy)
-				finish(&run, &lk[s->io[i].lookup], rc, NULL, 0);
+	if (rc < 0)
 		while (next < n)
 			finish(&run, &lk[next++], rc, NULL, 0);
-	}
 	return rc;
+}
+
+int io_pool_init(struct io_pool *p, uint32_t depth)
+{
+	memset(p, 0, sizeof(*p));
+	int rc = em_ring_init(&p->ring, depth);
+	if (rc < 0)
+		return rc == -ENOMEM ? EMBER_ENOMEM : rc; /* one code for memory, as elsewhere */
+	p->io = em_zalloc(sizeof(*p->io) * depth);
+	p->io_free = em_alloc(sizeof(*p->io_free) * depth);
+	if (!p->io || !p->io_free) {
+		io_pool_release(p);
+		return EMBER_ENOMEM;
+	}
+	p->io_n = depth;
+	for (uint32_t i = 0; i < depth; i++)
+		p->io_free[i] = depth - 1 - i;
+	p->io_free_n = depth;
+	return 0;
+}
+
+void io_pool_release(struct io_pool *p)
+{
+	em_ring_exit(&p->ring); /* first: no read in flight writes into a freed buffer */
+	if (p->io) {
+		for (uint32_t i = 0; i < p->io_n; i++) {
+			em_free(p->io[i].buf, IO_BUF_SIZE);
+			em_free(p->io[i].big, p->io[i].big_cap);
+		}
+		em_free(p->io, 0);
+	}
+	em_free(p->io_free, 0);
+	p->io = NULL;
+	p->io_free = NULL;
+	p->io_n = p->io_free_n = 0;
 }

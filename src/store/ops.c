@@ -70,7 +70,7 @@ static void rec_mark_invalid(struct record *r)
 	atomic_fetch_or_explicit(&r->header, REC_INVALID, memory_order_relaxed);
 }
 
-static int size_check(ember_session *s, size_t klen, size_t vlen)
+int size_check(ember_session *s, size_t klen, size_t vlen)
 {
 	if (vlen > EMBER_MAX_VALUE_LEN || rec_size((uint32_t)klen, rec_cap_for(vlen)) > s->db->max_record)
 		return EMBER_ETOOBIG;
@@ -130,7 +130,7 @@ static int hot_reserve(ember_session *s, uint64_t size, struct record *locked, i
 }
 
 /* put (tomb == 0) and delete (tomb == 1) */
-static int blind_write(ember_session *s, const void *key, uint32_t klen, const void *val,
+int blind_write(ember_session *s, const void *key, uint32_t klen, const void *val,
 		       uint32_t vlen, int tomb)
 {
 	struct ember_db *db = s->db;
@@ -201,7 +201,7 @@ static int blind_write(ember_session *s, const void *key, uint32_t klen, const v
 
 int ember_put(ember_session *s, const void *key, size_t klen, const void *val, size_t vlen)
 {
-	int rc = op_check(s, key, klen);
+	int rc = sync_op_check(s, key, klen);
 	if (rc < 0)
 		return rc;
 	if (s->db->readonly)
@@ -223,7 +223,7 @@ int ember_put(ember_session *s, const void *key, size_t klen, const void *val, s
 int ember_put_batch(ember_session *s, size_t n, const void *const keys[], const size_t klens[],
 		    const void *const vals[], const size_t vlens[], int status[])
 {
-	int rc = session_check(s);
+	int rc = sync_check(s);
 	if (rc < 0)
 		return rc;
 	if (s->db->readonly)
@@ -251,7 +251,7 @@ int ember_put_batch(ember_session *s, size_t n, const void *const keys[], const 
 
 int ember_delete(ember_session *s, const void *key, size_t klen)
 {
-	int rc = op_check(s, key, klen);
+	int rc = sync_op_check(s, key, klen);
 	if (rc < 0)
 		return rc;
 	if (s->db->readonly)
@@ -272,76 +272,87 @@ static void get_done(void *ctx, struct lookup *l, int status, struct record *rec
 	g->rc = status == 0 ? lookup_copy_value(l, rec, in_memory, g->buf, g->cap, g->vlen) : status;
 }
 
-int ember_get(ember_session *s, const void *key, size_t klen, void *buf, size_t cap,
-	      size_t *vlen)
+int get_front(ember_session *s, const void *key, uint32_t klen, uint64_t hash, void *buf,
+	      size_t cap, size_t *vlen, struct lookup *lk)
 {
-	int rc = op_check(s, key, klen);
-	if (rc < 0)
-		return rc;
-	if (!vlen || (!buf && cap))
-		return EMBER_EINVAL;
 	struct ember_db *db = s->db;
-	uint64_t hash = em_hash(key, klen);
-	stat_add(&s->st.user_reads, 1);
 	epoch_protect(db->ep, s->slot);
 	uint64_t t0 = hlog_load(&db->hot->tail);
 	uint64_t e = 0, at = 0;
 	int tier;
 	(void)hi_find(&db->index, hash, &e); /* e stays 0 when there is no entry */
-	struct record *r = front_find(db, e, key, (uint32_t)klen, 1, &at, &tier);
+	struct record *r = front_find(db, e, key, klen, 1, &at, &tier);
 	if (r) {
-		rc = rec_read_value(r, buf, cap, vlen);
+		int rc = rec_read_value(r, buf, cap, vlen);
 		stat_add(&s->st.reads[tier], 1);
 		epoch_unprotect(db->ep, s->slot);
 		return rc;
 	}
 	epoch_unprotect(db->ep, s->slot);
 	/* on disk or cold: at is where the hot chain left memory (0: no chain) */
-	struct lookup lk = {.key = key, .klen = (uint32_t)klen, .phase = LK_HOT,
-			    .flags = LK_FILL_RC | lookup_cap_flag(cap), .hint = lookup_want_hint(s, klen, cap),
-			    .full = lookup_full(klen, cap), .dst = buf, .dcap = cap,
-			    .hash = hash, .addr = at, .hot_entry = e, .hot_tail = t0};
+	*lk = (struct lookup){.key = key, .klen = klen, .phase = LK_HOT,
+			      .flags = LK_FILL_RC | lookup_cap_flag(cap), .hint = lookup_want_hint(s, klen, cap),
+			      .full = lookup_full(klen, cap), .dst = buf, .dcap = cap,
+			      .hash = hash, .addr = at, .hot_entry = e, .hot_tail = t0};
+	return GET_NEED_READ;
+}
+
+int ember_get(ember_session *s, const void *key, size_t klen, void *buf, size_t cap,
+	      size_t *vlen)
+{
+	int rc = sync_op_check(s, key, klen);
+	if (rc < 0)
+		return rc;
+	if (!vlen || (!buf && cap))
+		return EMBER_EINVAL;
+	uint64_t hash = em_hash(key, klen);
+	stat_add(&s->st.user_reads, 1);
+	struct lookup lk;
+	rc = get_front(s, key, (uint32_t)klen, hash, buf, cap, vlen, &lk);
+	if (rc != GET_NEED_READ)
+		return rc;
 	struct get_ctx g = {buf, cap, vlen, EMBER_EIO};
 	rc = lookups_run(s, &lk, 1, get_done, &g);
 	return rc < 0 ? rc : g.rc;
 }
 
-/* rmw: fetch the old value (hot disk or cold tier) into s->oldbuf. */
-struct old_ctx {
-	ember_session *s;
-	int rc;
-	int present;
-	size_t len;
-};
-
-static void old_done(void *ctx, struct lookup *l, int status, struct record *rec, int in_memory)
+/*
+ * rmw: the old value fetched from the hot log's disk or the cold tier into f->old
+ * (the done callback of the lookup rmw_apply asked for; also async.c's).
+ */
+void rmw_fetch_done(struct rmw_fetch *f, struct lookup *l, int status, struct record *rec,
+		    int in_memory)
 {
-	(void)l;
-	struct old_ctx *o = ctx;
-	o->rc = status == EMBER_ENOTFOUND ? 0 : status;
+	f->rc = status == EMBER_ENOTFOUND ? 0 : status;
+	f->present = 0;
+	f->have = f->rc == 0;
 	if (status != 0)
 		return;
 	/* a present empty value still needs a non-NULL old (NULL means absent) */
-	if (session_buf_reserve(&o->s->oldbuf, &o->s->oldbuf_cap, 1) < 0) {
-		o->rc = EMBER_ENOMEM;
-		return;
-	}
+	if (em_buf_reserve(&f->old, &f->old_cap, 1) < 0)
+		goto nomem;
 	for (;;) {
 		size_t n = 0;
-		int rc = lookup_copy_value(l, rec, in_memory, o->s->oldbuf, o->s->oldbuf_cap, &n);
+		int rc = lookup_copy_value(l, rec, in_memory, f->old, f->old_cap, &n);
 		if (rc == EMBER_ENOTFOUND)
 			return; /* a tombstone: absent */
 		if (rc == EMBER_ERANGE) {
-			if (session_buf_reserve(&o->s->oldbuf, &o->s->oldbuf_cap, n) < 0) {
-				o->rc = EMBER_ENOMEM;
-				return;
-			}
+			if (em_buf_reserve(&f->old, &f->old_cap, n) < 0)
+				goto nomem;
 			continue;
 		}
-		o->present = 1;
-		o->len = n;
+		f->present = 1;
+		f->old_len = n;
 		return;
 	}
+nomem:
+	f->rc = EMBER_ENOMEM;
+	f->have = 0;
+}
+
+static void old_done(void *ctx, struct lookup *l, int status, struct record *rec, int in_memory)
+{
+	rmw_fetch_done(ctx, l, status, rec, in_memory);
 }
 
 /* Run the callback into s->scratch, growing it on EMBER_ERANGE. */
@@ -370,19 +381,13 @@ static int call_rmw(ember_session *s, ember_rmw_fn fn, void *arg, const void *ol
 	}
 }
 
-int ember_rmw(ember_session *s, const void *key, size_t klen, ember_rmw_fn fn, void *arg)
+int rmw_apply(ember_session *s, const void *key, uint32_t kl, uint64_t hash, ember_rmw_fn fn,
+	      void *arg, struct rmw_fetch *f)
 {
-	int rc = op_check(s, key, klen);
-	if (rc < 0)
-		return rc;
-	if (!fn)
-		return EMBER_EINVAL;
-	if (s->db->readonly)
-		return EMBER_EREADONLY;
 	struct ember_db *db = s->db;
 	struct hlog *hot = db->hot;
-	uint64_t hash = em_hash(key, klen);
-	uint32_t kl = (uint32_t)klen;
+	size_t klen = kl;
+	int rc;
 	epoch_protect(db->ep, s->slot);
 	for (;;) {
 		/* the hot tail before looking: see the check before hi_insert below */
@@ -417,22 +422,24 @@ int ember_rmw(ember_session *s, const void *key, size_t klen, ember_rmw_fn fn, v
 				/* relaxed: stable (locked, or immutable) */
 				old_len = atomic_load_explicit(&r->val_len, memory_order_relaxed);
 			}
-		} else {
-			/* not in memory: the hot chain on disk, or the cold tier */
-			epoch_unprotect(db->ep, s->slot);
-			struct lookup lk = {.key = key, .klen = kl, .phase = LK_HOT, .hash = hash,
-					    .addr = slot ? at : 0};
-			struct old_ctx o = {s, EMBER_EIO, 0, 0};
-			rc = lookups_run(s, &lk, 1, old_done, &o);
-			epoch_protect(db->ep, s->slot);
-			if (rc == 0)
-				rc = o.rc;
-			if (rc < 0)
-				break;
-			if (o.present) {
-				old = s->oldbuf;
-				old_len = o.len;
+		} else if (f->have && (slot != NULL) == f->slot && (!slot || e == f->e)) {
+			/* not in memory, and fetched (by the caller) for this very chain: the
+			 * CAS on e below fails if anything was linked since the fetch began */
+			t0 = f->t0;
+			if (f->present) {
+				old = f->old;
+				old_len = f->old_len;
 			}
+		} else {
+			/* not in memory: the hot chain on disk, or the cold tier; the caller
+			 * reads it from f->at and calls again */
+			f->have = 0;
+			f->slot = slot != NULL;
+			f->e = slot ? e : 0;
+			f->t0 = t0;
+			f->at = slot ? at : 0;
+			rc = RMW_NEED_READ;
+			break;
 		}
 		if (!slot && hlog_load(&hot->begin) > t0) {
 			/* no entry when we looked: a put may have created one since, had its
@@ -440,6 +447,7 @@ int ember_rmw(ember_session *s, const void *key, size_t klen, ember_rmw_fn fn, v
 			 * entry would then hide its value. Compaction clears entries only an
 			 * epoch after moving begin, so while begin is still at or below t0
 			 * (checked here, protected until the insert) that cannot happen. */
+			f->have = 0; /* a value fetched before then is stale too */
 			continue;
 		}
 		size_t out_len = 0;
@@ -482,5 +490,35 @@ int ember_rmw(ember_session *s, const void *key, size_t klen, ember_rmw_fn fn, v
 			break;
 	}
 	epoch_unprotect(db->ep, s->slot);
+	return rc;
+}
+
+int ember_rmw(ember_session *s, const void *key, size_t klen, ember_rmw_fn fn, void *arg)
+{
+	int rc = sync_op_check(s, key, klen);
+	if (rc < 0)
+		return rc;
+	if (!fn)
+		return EMBER_EINVAL;
+	if (s->db->readonly)
+		return EMBER_EREADONLY;
+	uint64_t hash = em_hash(key, klen);
+	/* the session's buffer holds the old value fetched from disk */
+	struct rmw_fetch f = {.old = s->oldbuf, .old_cap = s->oldbuf_cap};
+	for (;;) {
+		rc = rmw_apply(s, key, (uint32_t)klen, hash, fn, arg, &f);
+		if (rc != RMW_NEED_READ)
+			break;
+		struct lookup lk = {.key = key, .klen = (uint32_t)klen, .phase = LK_HOT, .hash = hash,
+				    .addr = f.at};
+		f.rc = EMBER_EIO;
+		rc = lookups_run(s, &lk, 1, old_done, &f);
+		if (rc == 0)
+			rc = f.rc;
+		if (rc < 0)
+			break;
+	}
+	s->oldbuf = f.old;
+	s->oldbuf_cap = f.old_cap;
 	return rc;
 }

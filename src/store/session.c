@@ -19,16 +19,8 @@
 
 static void session_release(struct ember_session *s)
 {
-	if (s->io) {
-		em_ring_exit(&s->ring); /* first: no read in flight writes into a freed buffer */
-		for (uint32_t i = 0; i < s->io_n; i++) {
-			em_free(s->io[i].buf, IO_BUF_SIZE);
-			em_free(s->io[i].big, s->io[i].big_cap);
-		}
-		em_free(s->io, 0);
-	}
-	em_free(s->io_free, 0);
-	em_ring_exit(&s->ring);
+	async_release(s);
+	io_pool_release(&s->pool);
 	em_free(s->scratch, s->scratch_cap);
 	em_free(s->oldbuf, s->oldbuf_cap);
 	em_free(s->rbuf, s->rbuf_cap);
@@ -38,8 +30,6 @@ static void session_release(struct ember_session *s)
 	em_free(s->bhash, 0);
 	em_free(s->baddr, 0);
 	em_free(s->blk, 0);
-	s->io = NULL;
-	s->io_free = NULL;
 	s->scratch = s->oldbuf = NULL;
 	s->bhash = s->baddr = NULL;
 	s->blk = NULL;
@@ -145,22 +135,9 @@ int session_create(ember_db *db, int internal, ember_session **out)
 		rc = EMBER_ENOSPC;
 		goto undo;
 	}
-	uint32_t qd = db->opts.io_queue_depth;
-	rc = em_ring_init(&s->ring, qd);
-	if (rc < 0) {
-		rc = rc == -ENOMEM ? EMBER_ENOMEM : rc; /* one code for memory, as elsewhere */
+	rc = io_pool_init(&s->pool, db->opts.io_queue_depth);
+	if (rc < 0)
 		goto undo;
-	}
-	s->io = em_zalloc(sizeof(*s->io) * qd);
-	s->io_free = em_alloc(sizeof(*s->io_free) * qd);
-	if (!s->io || !s->io_free) {
-		rc = EMBER_ENOMEM;
-		goto undo;
-	}
-	s->io_n = qd;
-	for (uint32_t i = 0; i < qd; i++)
-		s->io_free[i] = qd - 1 - i;
-	s->io_free_n = qd;
 	rc = session_buf_reserve(&s->scratch, &s->scratch_cap, 4096);
 	if (rc < 0)
 		goto undo;
@@ -236,6 +213,10 @@ int ember_session_close(ember_session *s)
 		return rc;
 	if (s->internal)
 		return EMBER_EINVAL;
+	if (s->delivering)
+		return EMBER_ESTATE; /* from a completion callback: the delivery holds it */
+	if (s->async_n)
+		return EMBER_EBUSY; /* asynchronous operations in flight: wait for them */
 	session_destroy(s);
 	return 0;
 }
@@ -248,14 +229,14 @@ int session_buf_reserve(uint8_t **buf, size_t *cap, size_t need)
 int session_read_sync(ember_session *s, struct em_file *f, void *buf, uint32_t len,
 		      uint64_t off)
 {
-	if (s->ring_broken)
+	if (s->pool.broken)
 		return EMBER_EIO;
 	int res = 0;
-	int rc = em_ring_read(&s->ring, f, buf, len, off, 0);
+	int rc = em_ring_read(&s->pool.ring, f, buf, len, off, 0);
 	if (rc == 0)
-		rc = em_ring_wait_one(&s->ring, &res);
+		rc = em_ring_wait_one(&s->pool.ring, &res);
 	if (rc < 0) {
-		s->ring_broken = 1;
+		s->pool.broken = 1;
 		return rc;
 	}
 	stat_add(&s->cur->ios, 1);

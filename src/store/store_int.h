@@ -41,7 +41,7 @@ struct io_slot {
 	uint32_t big_cap;
 	uint8_t *cur;     /* the buffer the read in flight fills: buf or big */
 	int busy;         /* a read is in flight for this slot */
-	uint32_t lookup;  /* index of the lookup being served */
+	struct lookup *lk; /* the lookup being served */
 	uint64_t off;     /* file offset of buf[0] */
 	uint32_t len;     /* bytes requested */
 };
@@ -119,19 +119,34 @@ static inline void stat_add(_Atomic uint64_t *c, uint64_t n)
 			      memory_order_relaxed);
 }
 
+/*
+ * A ring with its I/O slots: where lookups_run and the asynchronous operations
+ * (async.c) keep their reads. Each session has one for its synchronous calls
+ * (pool) and, once it starts an asynchronous operation, a second one for those
+ * (async.c, note 2).
+ */
+struct io_pool {
+	struct em_ring ring;
+	int broken;       /* the ring failed: its state is unknown, no more disk reads */
+	struct io_slot *io;
+	uint32_t io_n;
+	uint32_t *io_free;
+	uint32_t io_free_n;
+};
+
+struct async_state;
+
 struct ember_session {
 	uint32_t magic;
 	int open;
 	struct ember_db *db;
 	int slot; /* epoch slot */
-	struct em_ring ring;
-	int ring_broken;  /* the ring failed: its state is unknown, no more disk reads */
+	struct io_pool pool; /* the synchronous calls' ring and slots */
+	struct async_state *as; /* asynchronous operations (async.c); NULL until the first */
+	uint32_t async_n;       /* asynchronous operations in flight (not yet delivered) */
+	int delivering;         /* inside ember_session_poll/wait's completion callbacks */
 	uint32_t want_hint; /* size of the last record a large-buffer read found (0: none) */
 	int want_fill;      /* ... and it filled the caller's buffer (lookup_want_hint) */
-	struct io_slot *io;
-	uint32_t io_n;
-	uint32_t *io_free;
-	uint32_t io_free_n;
 	uint8_t *scratch; /* rmw output */
 	size_t scratch_cap;
 	uint8_t *oldbuf; /* rmw input read from disk */
@@ -278,6 +293,22 @@ static inline int op_check(ember_session *s, const void *key, size_t klen)
 	return rc < 0 ? rc : key_check(key, klen);
 }
 
+/* A synchronous data call: also refused while asynchronous operations of the
+ * session are in flight (their order with it would be undefined; async.c note 5). */
+static inline int sync_check(ember_session *s)
+{
+	int rc = session_check(s);
+	if (rc == 0 && s->async_n)
+		rc = EMBER_EBUSY;
+	return rc;
+}
+
+static inline int sync_op_check(ember_session *s, const void *key, size_t klen)
+{
+	int rc = sync_check(s);
+	return rc < 0 ? rc : key_check(key, klen);
+}
+
 /* Walk the chain from addr while it is in memory. Returns the record holding key
  * (its address in *at), or NULL with *at = the first address below head (or an
  * address below EM_LOG_START: the chain ended). Caller is protected. */
@@ -368,8 +399,35 @@ int rec_read_value(struct record *r, void *buf, size_t cap, size_t *vlen);
  * LK_FROM_INDEX: from the hot index). The caller must not be protected. done is
  * called exactly once per lookup. Returns 0, or a ring error: then every unfinished
  * lookup got that error and the session answers EMBER_EIO for later disk reads.
+ * Uses the session's pool (s->pool), which is idle between calls.
  */
 int lookups_run(ember_session *s, struct lookup *lk, size_t n, lookup_done_fn done, void *ctx);
+
+/*
+ * The resumable form (async.c): lookups that begin at different times share one
+ * pool, each ending with run->done. lookup_begin resolves l in memory and, when it
+ * needs the disk, issues its first read on a free slot of run->pool (the caller
+ * checks pool->io_free_n > 0 first). Returns 1 with a read queued (not yet
+ * submitted), or 0 when l already ended (done was called). lookups_progress
+ * submits what is queued and reaps completions (waiting for one when wait is set
+ * and reads are in flight), continuing each lookup on its slot; done runs inside
+ * it. Returns the completions reaped, or a ring error: every lookup in flight then
+ * ended with that error, and the pool's later lookups end with EMBER_EIO. The
+ * caller must not be protected.
+ */
+struct lookup_run {
+	ember_session *s;
+	struct io_pool *pool;
+	lookup_done_fn done;
+	void *ctx;
+};
+int lookup_begin(struct lookup_run *run, struct lookup *l);
+int lookups_progress(struct lookup_run *run, int wait);
+
+/* A pool of depth slots: its ring and its slot table (buffers come with use). */
+int io_pool_init(struct io_pool *p, uint32_t depth);
+/* Release it: the ring first, so that no read in flight writes into a freed buffer. */
+void io_pool_release(struct io_pool *p);
 
 /* Copy a found record's value (get semantics: tombstone -> EMBER_ENOTFOUND). */
 static inline int lookup_copy_value(const struct lookup *l, struct record *rec, int in_memory,
@@ -388,7 +446,52 @@ static inline int lookup_copy_value(const struct lookup *l, struct record *rec, 
 	return 0;
 }
 
-/* One read through the session's ring (idle outside lookups_run). Returns the
+/* ---- single-key operations (ops.c), in steps async.c shares ---- */
+
+/* Put (tomb 0) or delete (tomb 1), arguments checked. Returns 0 or an error. */
+int blind_write(ember_session *s, const void *key, uint32_t klen, const void *val,
+		uint32_t vlen, int tomb);
+/* EMBER_ETOOBIG when a klen-byte key with a vlen-byte value does not fit. */
+int size_check(ember_session *s, size_t klen, size_t vlen);
+
+#define GET_NEED_READ 2
+/* A get's memory part: the read cache and the hot chain in memory. Returns the
+ * result (0, EMBER_ENOTFOUND, EMBER_ERANGE, as ember_get) when the record is in
+ * memory; else GET_NEED_READ with *lk set to run the rest (LK_FILL_RC, dst buf). */
+int get_front(ember_session *s, const void *key, uint32_t klen, uint64_t hash, void *buf,
+	      size_t cap, size_t *vlen, struct lookup *lk);
+
+/* A read-modify-write's old value when it is not in memory: what rmw_apply saw
+ * before asking for it, and what the caller fetched. */
+struct rmw_fetch {
+	int have;        /* old / present hold the value read for e / slot / t0 */
+	int present;     /* the key had a value (else absent or deleted) */
+	int rc;          /* the fetch's error (rmw_fetch_done) */
+	int slot;        /* an index entry existed when rmw_apply looked */
+	uint64_t e;      /* ... and held e */
+	uint64_t t0;     /* the hot tail before that look */
+	uint64_t at;     /* where to start the lookup: where the chain left memory */
+	uint8_t *old;    /* the value (caller-owned buffer, grown as needed) */
+	size_t old_cap;
+	size_t old_len;
+};
+#define RMW_NEED_READ 2
+/* One try of key's read-modify-write (ops.c, notes 3-5): returns 0 or an error
+ * when done, or RMW_NEED_READ when the old value is not in memory and f holds no
+ * fetch for the chain there now: the caller then looks the key up from f->at
+ * (LK_HOT, unprotected), stores the result with rmw_fetch_done, and calls again.
+ * The CAS on the entry f->e fails if anything was linked since, so a value
+ * fetched for a chain that has changed is never used. Caller unprotected. */
+int rmw_apply(ember_session *s, const void *key, uint32_t klen, uint64_t hash, ember_rmw_fn fn,
+	      void *arg, struct rmw_fetch *f);
+/* Store a lookup's result in f (a lookup_done_fn's body). */
+void rmw_fetch_done(struct rmw_fetch *f, struct lookup *l, int status, struct record *rec,
+		    int in_memory);
+
+/* Free a session's asynchronous state (async.c); nothing may be in flight. */
+void async_release(ember_session *s);
+
+/* One read through the session's ring (s->pool, idle outside lookups_run). Returns the
  * bytes read or an error. */
 int session_read_sync(ember_session *s, struct em_file *f, void *buf, uint32_t len,
 		      uint64_t off);

@@ -3,7 +3,8 @@
 # and linked for aarch64 (tools/cross/aarch64-linux-gnu.ini): compile and link only,
 # nothing runs. The build directory (DIR/aarch64) is kept, so a rerun is
 # incremental. Checks that libember.so and the `ember` program are AArch64 ELF
-# files and that libember.so exports ember_* under the EMBER_0.1 version.
+# files and that libember.so exports ember_* under its version nodes (EMBER_0.1,
+# EMBER_0.2: src/ember.map).
 # Exits 77 (skipped) only when the cross compiler or the arm64 libraries are not
 # installed (tools/setup installs them: docs/portability.md), 1 on any build failure.
 set -euo pipefail
@@ -55,13 +56,13 @@ for ex in "$dir"/examples/c/*; do
 done
 # every exported function is ember_* and carries the version
 bad=$(LC_ALL=C readelf --dyn-syms -W "$lib" | awk '$5 == "GLOBAL" && $7 != "UND" && $8 != "" {print $8}' |
-	grep -Ev '^ember_.*@@EMBER_0\.1$|^EMBER_0\.1(@@EMBER_0\.1)?$' || true)
+	grep -Ev '^ember_.*@@EMBER_0\.[12]$|^EMBER_0\.[12](@@EMBER_0\.[12])?$' || true)
 if [[ -n $bad ]]; then
-	echo "FAIL: exported symbols outside ember_*@@EMBER_0.1:"
+	echo "FAIL: exported symbols outside ember_*@@EMBER_0.1 / EMBER_0.2:"
 	echo "$bad" | head -n 20
 	fail=1
 fi
-n=$(LC_ALL=C readelf --dyn-syms -W "$lib" | grep -c '@@EMBER_0\.1' || true)
-echo "libember.so (aarch64) exports $n symbols under EMBER_0.1"
+n=$(LC_ALL=C readelf --dyn-syms -W "$lib" | grep -c '@@EMBER_0\.[12]' || true)
+echo "libember.so (aarch64) exports $n symbols under EMBER_0.1 and EMBER_0.2"
 ((n > 50)) || { echo "FAIL: too few exported symbols"; fail=1; }
 exit $fail

@@ -70,13 +70,6 @@ static void rec_mark_invalid(struct record *r)
 	atomic_fetch_or_explicit(&r->header, REC_INVALID, memory_order_relaxed);
 }
 
-int size_check(ember_session *s, size_t klen, size_t vlen)
-{
-	if (vlen > EMBER_MAX_VALUE_LEN || rec_size((uint32_t)klen, rec_cap_for(vlen)) > s->db->max_record)
-		return EMBER_ETOOBIG;
-	return 0;
-}
-
 /* Link a freshly written record nr at na: CAS on slot (entry e) or a new entry. */
 static int link_record(struct ember_db *db, uint64_t hash, hi_slot *slot, uint64_t e,
 		       uint64_t na)
@@ -272,7 +265,11 @@ static void get_done(void *ctx, struct lookup *l, int status, struct record *rec
 	g->rc = status == 0 ? lookup_copy_value(l, rec, in_memory, g->buf, g->cap, g->vlen) : status;
 }
 
-int get_front(ember_session *s, const void *key, uint32_t klen, uint64_t hash, void *buf,
+/* get_front's body, inlined into ember_get: the in-memory read is the store's
+ * fastest path, and a call there costs a tenth of it (25 instructions of about
+ * 260 per get at 200K keys: callgrind, 2026-11-27). */
+static inline __attribute__((always_inline)) int
+get_front_inl(ember_session *s, const void *key, uint32_t klen, uint64_t hash, void *buf,
 	      size_t cap, size_t *vlen, struct lookup *lk)
 {
 	struct ember_db *db = s->db;
@@ -297,6 +294,12 @@ int get_front(ember_session *s, const void *key, uint32_t klen, uint64_t hash, v
 	return GET_NEED_READ;
 }
 
+int get_front(ember_session *s, const void *key, uint32_t klen, uint64_t hash, void *buf,
+	      size_t cap, size_t *vlen, struct lookup *lk)
+{
+	return get_front_inl(s, key, klen, hash, buf, cap, vlen, lk);
+}
+
 int ember_get(ember_session *s, const void *key, size_t klen, void *buf, size_t cap,
 	      size_t *vlen)
 {
@@ -308,7 +311,7 @@ int ember_get(ember_session *s, const void *key, size_t klen, void *buf, size_t 
 	uint64_t hash = em_hash(key, klen);
 	stat_add(&s->st.user_reads, 1);
 	struct lookup lk;
-	rc = get_front(s, key, (uint32_t)klen, hash, buf, cap, vlen, &lk);
+	rc = get_front_inl(s, key, (uint32_t)klen, hash, buf, cap, vlen, &lk);
 	if (rc != GET_NEED_READ)
 		return rc;
 	struct get_ctx g = {buf, cap, vlen, EMBER_EIO};

@@ -373,14 +373,18 @@ static inline struct record *rc_hit(struct ember_db *db, uint64_t e, const void 
 static inline struct record *front_find(struct ember_db *db, uint64_t e, const void *key,
 					uint32_t klen, int use_rc, uint64_t *at, int *tier)
 {
-	struct record *x = use_rc && e ? rc_hit(db, e, key, klen) : NULL;
+	*tier = TIER_HOT_MEM;
+	if (!e) { /* no entry: no chain (trace_mem of 0 says the same) */
+		*at = 0;
+		return NULL;
+	}
+	struct record *x = use_rc ? rc_hit(db, e, key, klen) : NULL;
 	if (x) {
 		*at = 0;
 		*tier = TIER_RC;
 		return x;
 	}
-	*tier = TIER_HOT_MEM;
-	return trace_mem(db->hot, e ? hot_chain(db, e) : 0, key, klen, at);
+	return trace_mem(db->hot, hot_chain(db, e), key, klen, at);
 }
 
 int rc_open(struct ember_db *db, uint64_t mem);
@@ -451,8 +455,15 @@ static inline int lookup_copy_value(const struct lookup *l, struct record *rec, 
 /* Put (tomb 0) or delete (tomb 1), arguments checked. Returns 0 or an error. */
 int blind_write(ember_session *s, const void *key, uint32_t klen, const void *val,
 		uint32_t vlen, int tomb);
-/* EMBER_ETOOBIG when a klen-byte key with a vlen-byte value does not fit. */
-int size_check(ember_session *s, size_t klen, size_t vlen);
+/* EMBER_ETOOBIG when a klen-byte key with a vlen-byte value does not fit (inline:
+ * every put pays it). */
+static inline int size_check(ember_session *s, size_t klen, size_t vlen)
+{
+	if (vlen > EMBER_MAX_VALUE_LEN ||
+	    rec_size((uint32_t)klen, rec_cap_for(vlen)) > s->db->max_record)
+		return EMBER_ETOOBIG;
+	return 0;
+}
 
 #define GET_NEED_READ 2
 /* A get's memory part: the read cache and the hot chain in memory. Returns the

@@ -663,7 +663,7 @@ int main(int argc, char **argv)
 	roundtrip(db, "bin3", 1, 1, 777, m / 4 + 1, 3, 64u << 20, 0);
 	/* larger than the sort memory: 1 MiB holds 65536 records and merges 15 runs at
 	 * once, so 20 runs need merge passes */
-	if (tu_scale() >= 1.0)
+	if (tu_scale() >= 0.5) /* release (CI runs it at 0.5); the sanitizers less */
 		roundtrip(db, "runs", 1, 0, 1u << 20, 20 * 65536 + 777, 32, 1u << 20, 1);
 	else
 		roundtrip(db, "runs", 1, 0, 1u << 20, 3 * 65536 + 777, 32, 1u << 20, 0);

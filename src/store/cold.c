@@ -7,6 +7,10 @@
  * linked by a CAS of the chain's one entry. If the CAS from expected succeeds,
  * nothing was linked into that chain since the caller observed expected, so a
  * record the caller judged live (newest of its key below expected) still is.
+ *
+ * cold_insert appends its record only when the chunk is not in the chunk log's
+ * fuzzy region (cold_chunk_fuzzy): there the CAS would give up (cold_index.h,
+ * note 3) and the record would be thrown away, cold-log space written for nothing.
  */
 #include "store/store_int.h"
 #include "store/checkpoint.h"
@@ -131,6 +135,14 @@ int cold_entry_get(ember_session *s, uint64_t hash, uint64_t *entry)
 	}
 }
 
+int cold_chunk_fuzzy(ember_session *s, uint64_t hash)
+{
+	struct cold_index *ci = &s->db->cidx;
+	struct hlog *log = s->db->chunks;
+	uint64_t ca = ci_table_load(ci, ci_chunk_of(ci, hash));
+	return ca && ca < hlog_load(&log->read_only) && ca >= hlog_load(&log->safe_read_only);
+}
+
 #define CAS_AGAIN 2      /* nothing changed: try again */
 #define CAS_WAIT_LOG 3   /* the chunk log has no room: wait for it, then again */
 
@@ -237,6 +249,12 @@ int cold_insert(ember_session *s, uint64_t hash, struct record *src, uint64_t ex
 			return rc;
 		if (expected != COLD_ANY && e != expected)
 			return 1;
+		if (cold_chunk_fuzzy(s, hash)) {
+			/* the CAS would give up (note 3 of cold_index.h): let the region
+			 * settle before appending a record that would be thrown away */
+			epoch_refresh(db->ep, s->slot);
+			continue;
+		}
 		uint64_t na = hlog_alloc(cold, size);
 		if (!na) {
 			rc = hlog_wait(cold, size, s->slot);

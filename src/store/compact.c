@@ -50,6 +50,17 @@
  *     size moves the scan into the middle of other data, where the next head fails
  *     rec_check_head (and a small record its checksum) with all but certainty, and the
  *     pass stops with EMBER_ECORRUPT before begin moves.
+ *  7. Insert order: a group's live candidates are inserted in slices. Before a
+ *     slice, chunks_prefetch reads the on-disk chunks it will update, all in
+ *     flight, and copies them to the chunk log's tail; it takes at most as many as
+ *     half the chunk log's mutable region holds, so the copies are still mutable
+ *     (updated in place) when the slice's inserts reach them. Within a slice, a
+ *     candidate whose chunk is in the chunk log's fuzzy region goes last
+ *     (group_insert): its insert would only wait for the region to settle. Any
+ *     order is right: a hot pass has at most one live record per key (note 1:
+ *     every record it scans was linked before it began, and the lookup finds one
+ *     newest), so its inserts touch distinct keys (note 2); cold->cold inserts
+ *     are conditional (note 3).
  *
  * Triggers: a log's used size is tail - begin. A pass starts when it passes
  * trigger (80%) of its budget and compacts down to 60%; a user write that finds
@@ -60,6 +71,7 @@
 #include "store/checkpoint.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -68,7 +80,7 @@
 #include "core/hash.h"
 #include "store/store_int.h"
 
-#define GROUP 256
+#define GROUP 256 /* candidates decided together: liveness lookups and chunk reads in flight */
 #define WINDOW (4u << 20)
 #define HEAD_MIN (128u << 10) /* records this large are scanned by their heads (note 6) */
 #define HEAD_READ (16u << 10) /* the window's first read after such a record */
@@ -81,6 +93,7 @@ struct cand {
 	uint64_t hash;
 	uint64_t entry;
 	int live;
+	int late; /* its chunk was in the chunk log's fuzzy region: inserted last */
 	uint8_t *head; /* a copy of the record's head only, or NULL: rec is whole */
 };
 
@@ -209,20 +222,30 @@ static void prefetch_done(void *ctx, struct lookup *l, int status, struct record
 		p->rc = chunk_copy(p->c, p->s, l->addr, rec, 0);
 }
 
+static int lk_by_addr(const void *a, const void *b)
+{
+	uint64_t x = ((const struct lookup *)a)->addr, y = ((const struct lookup *)b)->addr;
+	return x < y ? -1 : x > y;
+}
+
 /*
- * Bring the on-disk chunks the live candidates will update into the chunk log's
- * memory, with all their reads in flight together (a copy at the chunk log's tail,
- * linked by CAS): the cold inserts that follow then update chunks in memory
- * instead of reading them one by one.
+ * Bring the on-disk chunks that the live candidates from `from` on will update
+ * into the chunk log's memory, with all their reads in flight together, in
+ * address order (a copy at the chunk log's tail, linked by CAS): the cold inserts
+ * that follow then update chunks in memory instead of reading them one by one.
+ * At most max_reads chunks are brought in, so that their copies are still in the
+ * chunk log's mutable region when the inserts reach them (an insert into a copy
+ * that turned read-only makes yet another copy). Returns the candidate index at
+ * which it stopped (n: all covered), or an error.
  */
-static int chunks_prefetch(struct compactor *c, ember_session *s, struct cand *cand, size_t n,
-			   struct lookup *lk)
+static long chunks_prefetch(struct compactor *c, ember_session *s, struct cand *cand, size_t from,
+			    size_t n, size_t max_reads, struct lookup *lk)
 {
 	struct ember_db *db = c->db;
 	struct cold_index *ci = &db->cidx;
 	uint64_t head = hlog_load(&db->chunks->head);
-	size_t m = 0;
-	for (size_t i = 0; i < n; i++) {
+	size_t m = 0, i;
+	for (i = from; i < n; i++) {
 		if (!cand[i].live)
 			continue;
 		uint64_t chunk = ci_chunk_of(ci, cand[i].hash);
@@ -230,19 +253,24 @@ static int chunks_prefetch(struct compactor *c, ember_session *s, struct cand *c
 		/* a chunk in memory, or in the chunk cache, is copied without a read */
 		if (!ca || ca >= head || ci_cache_read(ci, chunk, ca, 0, 0, NULL))
 			continue;
-		int dup = 0;
-		for (size_t j = 0; j < m && !dup; j++)
-			dup = lk[j].addr == ca;
-		if (!dup)
-			lk[m++] = (struct lookup){.key = NULL, .klen = 0, .phase = LK_CHUNK,
-						  .flags = LK_CHUNK_ONLY, .hash = cand[i].hash,
-						  .addr = ca, .user = i};
+		if (m == max_reads)
+			break;
+		/* duplicates (two candidates of one chunk) go after the sort below */
+		lk[m++] = (struct lookup){.key = NULL, .klen = 0, .phase = LK_CHUNK,
+					  .flags = LK_CHUNK_ONLY, .hash = cand[i].hash,
+					  .addr = ca, .user = i};
 	}
 	if (!m)
-		return 0;
+		return (long)i;
+	qsort(lk, m, sizeof(*lk), lk_by_addr);
+	size_t u = 1;
+	for (size_t j = 1; j < m; j++)
+		if (lk[j].addr != lk[u - 1].addr)
+			lk[u++] = lk[j];
 	struct prefetch_ctx p = {c, s, 0};
-	int rc = lookups_run(s, lk, m, prefetch_done, &p);
-	return rc < 0 ? rc : p.rc;
+	int rc = lookups_run(s, lk, u, prefetch_done, &p);
+	rc = rc < 0 ? rc : p.rc;
+	return rc < 0 ? rc : (long)i;
 }
 
 /*
@@ -272,6 +300,48 @@ static int cand_load(struct compactor *c, struct scan *sc, struct cand *cd, stru
 	return 0;
 }
 
+
+/* Copy one candidate to the cold log if it is live (notes 2, 3, 6). */
+static int cand_insert(struct compactor *c, struct scan *sc, struct cand *cd, int kind,
+		       struct lookup *lk)
+{
+	struct ember_db *db = c->db;
+	ember_session *s = sc->s;
+	struct record *r = cd->rec;
+	int rc;
+	if (cd->live && cd->head && !(kind == COMPACT_COLD && (rec_header(r) & REC_TOMBSTONE))) {
+		rc = cand_load(c, sc, cd, &r);
+		if (rc < 0)
+			return rc;
+	}
+	while (cd->live) {
+		if (kind == COMPACT_COLD && (rec_header(r) & REC_TOMBSTONE)) {
+			stat_add(&c->st.tombstones_dropped, 1);
+			break;
+		}
+		epoch_protect(db->ep, s->slot);
+		rc = cold_insert(s, cd->hash, r, kind == COMPACT_HOT ? COLD_ANY : cd->entry);
+		epoch_unprotect(db->ep, s->slot);
+		if (rc < 0)
+			return rc;
+		if (rc == 0) {
+			stat_add(&c->st.records_moved[kind], 1);
+			stat_add(&c->st.bytes_written[kind], rec_total_size(r));
+			if (kind == COMPACT_HOT && (rec_header(r) & REC_TOMBSTONE))
+				c->stuck_used[COMPACT_COLD] = 0; /* deletes: cold can shrink */
+			break;
+		}
+		/* the cold chain changed under us: decide again for this one */
+		rc = group_liveness(s, cd, 1, kind, lk);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+static int group_insert(struct compactor *c, struct scan *sc, struct cand *cand, size_t lo,
+			size_t hi, int kind, struct lookup *lk);
+
 static int group_process(struct compactor *c, struct scan *sc, struct cand *cand, size_t n,
 			 int kind, struct lookup *lk)
 {
@@ -280,38 +350,49 @@ static int group_process(struct compactor *c, struct scan *sc, struct cand *cand
 	int rc = group_liveness(s, cand, n, kind, lk);
 	if (rc < 0)
 		return rc;
-	rc = chunks_prefetch(c, s, cand, n, lk);
-	if (rc < 0)
-		return rc;
-	for (size_t i = 0; i < n; i++) {
-		struct record *r = cand[i].rec;
-		if (cand[i].live && cand[i].head && !(kind == COMPACT_COLD && (rec_header(r) & REC_TOMBSTONE))) {
-			rc = cand_load(c, sc, &cand[i], &r);
-			if (rc < 0)
-				return rc;
+	/* half the chunk log's mutable region: the prefetched copies stay mutable
+	 * while the inserts of their slice run (chunks_prefetch) */
+	size_t max_reads = db->chunks->mutable_bytes / 2 / rec_size(8, db->cidx.chunk_bytes);
+	if (max_reads == 0)
+		max_reads = 1;
+	for (size_t lo = 0, hi; lo < n; lo = hi) {
+		long next = chunks_prefetch(c, s, cand, lo, n, max_reads, lk);
+		if (next < 0)
+			return (int)next;
+		hi = (size_t)next > lo ? (size_t)next : lo + 1;
+		rc = group_insert(c, sc, cand, lo, hi, kind, lk);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* The cold inserts of the live candidates [lo, hi) of a group (note 2, 3). */
+static int group_insert(struct compactor *c, struct scan *sc, struct cand *cand, size_t lo,
+			size_t hi, int kind, struct lookup *lk)
+{
+	ember_session *s = sc->s;
+	int rc;
+	/* a candidate whose chunk is in the chunk log's fuzzy region would wait for
+	 * it to settle: it goes after the rest of the slice, by when it mostly has */
+	size_t late = 0;
+	for (size_t i = lo; i < hi; i++) {
+		if (cand[i].live && cold_chunk_fuzzy(s, cand[i].hash)) {
+			cand[i].late = 1;
+			late++;
+			continue;
 		}
-		for (int attempt = 0; cand[i].live; attempt++) {
-			if (kind == COMPACT_COLD && (rec_header(r) & REC_TOMBSTONE)) {
-				stat_add(&c->st.tombstones_dropped, 1);
-				break;
-			}
-			epoch_protect(db->ep, s->slot);
-			rc = cold_insert(s, cand[i].hash, r, kind == COMPACT_HOT ? COLD_ANY : cand[i].entry);
-			epoch_unprotect(db->ep, s->slot);
-			if (rc < 0)
-				return rc;
-			if (rc == 0) {
-				stat_add(&c->st.records_moved[kind], 1);
-				stat_add(&c->st.bytes_written[kind], rec_total_size(r));
-				if (kind == COMPACT_HOT && (rec_header(r) & REC_TOMBSTONE))
-					c->stuck_used[COMPACT_COLD] = 0; /* deletes: cold can shrink */
-				break;
-			}
-			/* the cold chain changed under us: decide again for this one */
-			rc = group_liveness(s, &cand[i], 1, kind, lk);
-			if (rc < 0)
-				return rc;
-		}
+		rc = cand_insert(c, sc, &cand[i], kind, lk);
+		if (rc < 0)
+			return rc;
+	}
+	for (size_t i = lo; i < hi && late; i++) {
+		if (!cand[i].late)
+			continue;
+		late--;
+		rc = cand_insert(c, sc, &cand[i], kind, lk);
+		if (rc < 0)
+			return rc;
 	}
 	return 0;
 }
@@ -456,7 +537,7 @@ static int compact_pass(struct compactor *c, ember_session *s, int kind, uint64_
 				if (rc < 0)
 					break;
 			} else {
-				struct cand cd = {a, r, em_hash(rec_key(r), r->key_len), 0, 0, NULL};
+				struct cand cd = {a, r, em_hash(rec_key(r), r->key_len), 0, 0, 0, NULL};
 				if (head_only) { /* the window moves on: keep a copy of the head */
 					cd.head = em_alloc(rec_head_size(r));
 					if (!cd.head) {

@@ -536,6 +536,10 @@ int cold_chunk_cas(ember_session *s, uint64_t hash, uint64_t expected, uint64_t 
  * on races). Otherwise only if the chain's entry still equals expected: returns 1,
  * nothing linked, when it changed. Caller protected. Returns 0, 1, or an error. */
 int cold_insert(ember_session *s, uint64_t hash, struct record *src, uint64_t expected);
+/* Is hash's chunk in the chunk log's fuzzy region [safe_read_only, read_only),
+ * where an insert must wait for it to settle (cold_index.h, note 3)? A hint only:
+ * the boundaries move on. Reads no log memory: callable unprotected. */
+int cold_chunk_fuzzy(ember_session *s, uint64_t hash);
 
 /* The hot and cold tiers' record counts, as ember_stats_get reports them. */
 void stats_tier_records(ember_db *db, uint64_t *hot, uint64_t *cold);

@@ -11,6 +11,8 @@
  *      up to `batch` consecutive reads; time 1 operation in 64 (or 1 batch in
  *      64 / batch) with clock_gettime; stop at the op count or the deadline;
  *   4. thread_fini after the end timestamp.
+ * With --inflight K, step 3 is run_inflight.c's loop instead: K operations of
+ * any kind in flight through the engine's start() / poll().
  * What runs inside the timed loop besides the engine call: decoding the 8-byte
  * operation, writing the 8 key bytes (and, for updates, 8 counter bytes of the
  * value), the shared insert counter (one atomic add per insert, as YCSB's insert

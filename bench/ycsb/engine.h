@@ -18,7 +18,11 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "workload.h"
+
 #define YCSB_NOTFOUND 1
+#define YCSB_PENDING 2 /* start(): the operation completes later, through poll() */
+#define YCSB_MAX_INFLIGHT 1024 /* --inflight K at most (Ember's EMBER_MAX_INFLIGHT) */
 
 typedef struct ycsb_engine_params {
 	const char *dir;         /* IN: an empty directory the engine may fill */
@@ -34,6 +38,8 @@ typedef struct ycsb_engine_params {
 	size_t value_size;       /* IN: bytes per value */
 	unsigned max_threads;    /* IN: worker threads alive at once, at most */
 	unsigned max_batch;      /* IN: largest n read_batch() will be given */
+	unsigned max_inflight;   /* IN: --inflight K: operations each thread keeps in
+				    flight through start() (0: none); tags are < K */
 	/* IN: the raw data is larger than mem_budget. An engine then keeps to the
 	 * budget where it can, so that a larger-than-memory run measures its disk
 	 * path and not the OS page cache (RocksDB: O_DIRECT reads, memtables inside
@@ -73,6 +79,43 @@ typedef struct ycsb_engine {
 	/* Optional (NULL: none): one line of the engine's own statistics since open,
 	 * printed after an engine's last run. Called on the main thread. */
 	void (*stats)(void *db, char *out, size_t cap);
+
+	/*
+	 * Optional operations kept in flight (--inflight K; start == NULL: none, and
+	 * then inflight_batches says what --inflight does). A thread has K slots,
+	 * tags 0 .. max_inflight-1, sized by thread_init() from p->max_inflight; a
+	 * slot is the engine's from a start() that returns YCSB_PENDING until poll()
+	 * delivers it.
+	 *
+	 * start(): begin a `kind` operation (YCSB_OP_READ / _UPDATE / _INSERT /
+	 * _RMW, workload.h) of key in slot tag. A read copies into buf (capacity
+	 * len); an update or insert stores val (len bytes); an rmw is rmw() with
+	 * len as the fresh value's length. key, val and buf stay valid and
+	 * untouched until the operation completes. Returns the result the
+	 * synchronous call would (0, YCSB_NOTFOUND or < 0; *vlen set by a read that
+	 * returns 0) when the operation completed inside the call, or YCSB_PENDING.
+	 * Order: one thread's operations on one key take effect in the order they
+	 * were started (a read started while a write of the key is pending sees
+	 * that write), as --verify checks.
+	 *
+	 * poll(): deliver pending operations that completed, each through
+	 * fn(arg, tag, rc, vlen), rc and vlen as start() would have returned them.
+	 * With block set, wait until at least one was delivered (returns at once
+	 * when none is pending). Returns how many were delivered, or < 0 (the
+	 * thread stops). fn may not call poll(). thread_fini() may be called with
+	 * operations pending: it waits for them without delivering them.
+	 */
+	int (*start)(void *thread, unsigned tag, unsigned kind, const void *key, size_t klen,
+		     const void *val, void *buf, size_t len, size_t *vlen);
+	int (*poll)(void *thread, int block,
+		    void (*fn)(void *arg, unsigned tag, int rc, size_t vlen), void *arg);
+	/* Without start(): 1 when --inflight K runs the engine's reads as read
+	 * batches of up to K consecutive reads reaching past updates of other keys
+	 * (as --batch K --batch-over-updates: its best equivalent, stated in its
+	 * settings line); 0 when --inflight is refused for it. */
+	int inflight_batches;
+	/* Why --inflight is refused (inflight_batches 0, start NULL); NULL: generic. */
+	const char *inflight_refusal;
 } ycsb_engine;
 
 /*

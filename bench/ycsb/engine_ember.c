@@ -3,7 +3,10 @@
  *
  * One ember_session per worker thread; reads copy into the driver's buffer; F's
  * read-modify-write is one ember_rmw() call (atomic against other writers);
- * batched reads go through ember_get_batch().
+ * batched reads go through ember_get_batch(). --inflight K: each thread keeps
+ * K ember_op records (one per slot) for ember_get_async / ember_put_async /
+ * ember_rmw_async, completed through ember_session_poll / ember_session_wait;
+ * a record's done callback hands its slot's result to the driver.
  *
  * Memory. In memory (the budget holds the data), the budget is the hot log's
  * memory (log_memory) and the hash index gets one bucket per 4 records, outside
@@ -55,16 +58,36 @@ static uint64_t pow2_ceil(uint64_t v)
 	return p;
 }
 
+/* The store and what every thread's context is sized by. */
+typedef struct ember_engine_db {
+	ember_db *db;
+	unsigned max_inflight;
+} ember_engine_db;
+
+typedef void (*ee_complete_fn)(void *arg, unsigned tag, int rc, size_t vlen);
+
 typedef struct ember_engine_thread {
 	ember_session *session;
+	/* --inflight: one record per slot, and each slot's rmw argument (the fresh
+	 * value's length, read by ee_rmw_fn until the rmw completes) */
+	ember_op *ops;
+	size_t *rmw_len;
+	unsigned nops;
+	ee_complete_fn fn; /* set while ee_poll runs; NULL: completions dropped */
+	void *fn_arg;
 } ember_engine_thread;
 
 static int ee_open(const ycsb_engine_params *p, void **db, char *settings, size_t cap)
 {
 	ember_options opts;
+	ember_engine_db *ed = calloc(1, sizeof(*ed));
 	ember_db *edb = NULL;
 	char hot[32], cold[32];
 	int rc;
+
+	if (ed == NULL)
+		return EMBER_ENOMEM;
+	ed->max_inflight = p->max_inflight;
 
 	ember_options_default(&opts);
 	if (p->bounded && !p->hot_log_only) {
@@ -122,8 +145,10 @@ static int ee_open(const ycsb_engine_params *p, void **db, char *settings, size_
 	opts.log_segment_bytes = p->segment_bytes;
 	opts.flags |= EMBER_OPEN_TRUNCATE; /* the driver hands us a fresh directory */
 	rc = ember_open(p->dir, &opts, &edb);
-	if (rc < 0)
+	if (rc < 0) {
+		free(ed);
 		return rc;
+	}
 	if (p->bounded && !p->hot_log_only)
 		snprintf(settings, cap,
 			 "ember %s: larger than memory: memory_budget=%" PRIu64 " MiB for the "
@@ -157,24 +182,42 @@ static int ee_open(const ycsb_engine_params *p, void **db, char *settings, size_
 	if (opts.log_segment_bytes && used < cap)
 		snprintf(settings + used, cap - used, "; log_segment_bytes=%" PRIu64 " MiB",
 			 opts.log_segment_bytes >> 20);
-	*db = edb;
+	used = strlen(settings);
+	if (p->max_inflight > 0 && used < cap)
+		snprintf(settings + used, cap - used, "; --inflight %u: ember_*_async, "
+			 "ember_session_poll/wait", p->max_inflight);
+	ed->db = edb;
+	*db = ed;
 	return 0;
 }
 
 static int ee_thread_init(void *db, void **thread)
 {
+	ember_engine_db *ed = db;
 	ember_engine_thread *t = calloc(1, sizeof(*t));
-	int rc;
+	int rc = EMBER_ENOMEM;
 
 	if (t == NULL)
 		return EMBER_ENOMEM;
-	rc = ember_session_open(db, &t->session);
-	if (rc < 0) {
-		free(t);
-		return rc;
+	if (ed->max_inflight > 0) {
+		t->nops = ed->max_inflight;
+		t->ops = calloc(t->nops, sizeof(*t->ops)); /* zeroed before first use */
+		t->rmw_len = calloc(t->nops, sizeof(*t->rmw_len));
+		if (t->ops == NULL || t->rmw_len == NULL)
+			goto undo_alloc;
+		for (unsigned i = 0; i < t->nops; i++)
+			t->ops[i].user = t;
 	}
+	rc = ember_session_open(ed->db, &t->session);
+	if (rc < 0)
+		goto undo_alloc;
 	*thread = t;
 	return 0;
+undo_alloc:
+	free(t->ops);
+	free(t->rmw_len);
+	free(t);
+	return rc;
 }
 
 static void ee_thread_fini(void *thread)
@@ -183,7 +226,15 @@ static void ee_thread_fini(void *thread)
 
 	if (t == NULL)
 		return;
+	if (t->ops != NULL) {
+		/* a thread that stopped on an error may leave operations pending:
+		 * complete them (nobody to deliver to) so that the session closes */
+		t->fn = NULL;
+		ember_session_wait(t->session, EMBER_WAIT_ALL);
+	}
 	ember_session_close(t->session);
+	free(t->ops);
+	free(t->rmw_len);
 	free(t);
 }
 
@@ -240,16 +291,74 @@ static int ee_read_batch(void *thread, size_t n, const void *const keys[],
 	return 0;
 }
 
+/* ember_op_fn of a pending slot: hand its result to the driver (inside ee_poll). */
+static void ee_op_done(ember_op *op)
+{
+	ember_engine_thread *t = op->user;
+	int rc = op->status == EMBER_ENOTFOUND ? YCSB_NOTFOUND : op->status;
+
+	if (t->fn != NULL)
+		t->fn(t->fn_arg, (unsigned)(op - t->ops), rc, op->vlen);
+}
+
+static int ee_start(void *thread, unsigned tag, unsigned kind, const void *key, size_t klen,
+		    const void *val, void *buf, size_t len, size_t *vlen)
+{
+	ember_engine_thread *t = thread;
+	ember_op *op;
+	int rc;
+
+	if (tag >= t->nops)
+		return EMBER_EINVAL;
+	op = &t->ops[tag];
+	op->done = ee_op_done;
+	switch (kind) {
+	case YCSB_OP_READ:
+		rc = ember_get_async(t->session, op, key, klen, buf, len);
+		if (rc == 0)
+			*vlen = op->vlen;
+		break;
+	case YCSB_OP_UPDATE:
+	case YCSB_OP_INSERT:
+		rc = ember_put_async(t->session, op, key, klen, val, len);
+		break;
+	case YCSB_OP_RMW:
+		t->rmw_len[tag] = len;
+		rc = ember_rmw_async(t->session, op, key, klen, ee_rmw_fn, &t->rmw_len[tag]);
+		break;
+	default:
+		return EMBER_EINVAL;
+	}
+	return rc == EMBER_EPENDING ? YCSB_PENDING : rc == EMBER_ENOTFOUND ? YCSB_NOTFOUND : rc;
+}
+
+static int ee_poll(void *thread, int block, ee_complete_fn fn, void *arg)
+{
+	ember_engine_thread *t = thread;
+	int rc;
+
+	t->fn = fn;
+	t->fn_arg = arg;
+	rc = block ? ember_session_wait(t->session, 0) : ember_session_poll(t->session);
+	t->fn = NULL;
+	return rc;
+}
+
 static int ee_close(void *db)
 {
-	return ember_close(db);
+	ember_engine_db *ed = db;
+	int rc = ember_close(ed->db);
+
+	free(ed);
+	return rc;
 }
 
 static void ee_stats(void *db, char *out, size_t cap)
 {
+	ember_engine_db *ed = db;
 	ember_stats s;
 
-	if (ember_stats_get(db, &s) < 0) {
+	if (ember_stats_get(ed->db, &s) < 0) {
 		snprintf(out, cap, "ember_stats_get failed");
 		return;
 	}
@@ -284,4 +393,6 @@ const ycsb_engine ycsb_engine_ember = {
 	.close = ee_close,
 	.strerror = ember_strerror,
 	.stats = ee_stats,
+	.start = ee_start,
+	.poll = ee_poll,
 };

@@ -13,7 +13,10 @@
  *    threads by design;
  *  - each thread keeps one read-only txn, renewed per read (mdb_txn_renew /
  *    mdb_txn_reset: the documented cheap path); a batch of reads shares one renew;
- *  - keys compared as plain bytes (no MDB_INTEGERKEY), like every other engine.
+ *  - keys compared as plain bytes (no MDB_INTEGERKEY), like every other engine;
+ *  - no operations in flight: a read is a page fault of the map, so LMDB has no
+ *    asynchronous call and no multi-key read to stand in for one (its read
+ *    batches are a loop of mdb_get in one txn); --inflight is refused for it.
  *
  * LMDB has no memory budget: its data is a memory map, cached by the OS page cache
  * as far as the machine's RAM allows. Larger than the budget (p->bounded), the
@@ -262,4 +265,6 @@ const ycsb_engine ycsb_engine_lmdb = {
 	.read_batch = lm_read_batch,
 	.close = lm_close,
 	.strerror = lm_strerror,
+	.inflight_refusal = "LMDB has no asynchronous reads (a read is a page fault of its "
+			    "map) and no multi-key read to stand in for them; use --batch K",
 };

@@ -97,6 +97,7 @@ typedef struct session_state {
 	size_t nresults;
 	int gen_reported;
 	int any_batch;
+	int any_inflight;
 	int any_wraps;
 	int rss_per_run;
 	double probe_rate;     /* --disk-probe's first measurement, reads/s (0: none) */
@@ -187,8 +188,11 @@ static void print_config(const ycsb_config *cfg, const char *base, int temp)
 	printf("; threads ");
 	for (unsigned i = 0; i < cfg->nthreads; i++)
 		printf("%s%u", i ? "," : "", cfg->threads[i]);
-	printf("; batch %u%s; repeat %u; seed %" PRIu64 "%s\n", cfg->batch,
-	       cfg->batch_over_updates ? " (reads batched past updates of other keys)" : "",
+	printf("; batch %u%s", cfg->batch,
+	       cfg->batch_over_updates ? " (reads batched past updates of other keys)" : "");
+	if (cfg->inflight > 0)
+		printf("; inflight %u per thread", cfg->inflight);
+	printf("; repeat %u; seed %" PRIu64 "%s\n",
 	       cfg->repeat, cfg->seed,
 	       cfg->verify ? "; --verify: every value read is checked (not for timing)" : "");
 	printf("memory budget %s%s; store dir %s%s\n",
@@ -248,6 +252,11 @@ static int bench_engine(session_state *st, const ycsb_engine *e, const char *bas
 	for (unsigned i = 0; i < cfg->nworkloads; i++)
 		if (cfg->wl_batch[i] > p.max_batch)
 			p.max_batch = cfg->wl_batch[i];
+	p.max_inflight = cfg->inflight;
+	/* --inflight without start(): read batches of up to K (options.c refused
+	 * the engines that have neither) */
+	if (cfg->inflight > 0 && e->start == NULL && cfg->inflight > p.max_batch)
+		p.max_batch = cfg->inflight;
 	p.hot_log_only = cfg->ember_hot_log_only;
 	p.bounded = ycsb_raw_data_bytes(cfg) > ycsb_budget_bytes(cfg);
 	rc = e->open(&p, &db, settings, sizeof(settings));
@@ -275,6 +284,13 @@ static int bench_engine(session_state *st, const ycsb_engine *e, const char *bas
 				 : cfg->dist_set     ? cfg->dist
 						     : wl->default_dist;
 		unsigned batch = cfg->wl_batch[w] > 0 ? cfg->wl_batch[w] : cfg->batch;
+		unsigned inflight = e->start != NULL ? cfg->inflight : 0;
+		int over = cfg->batch_over_updates;
+
+		if (cfg->inflight > 0 && e->start == NULL) {
+			batch = cfg->inflight; /* the engine's stand-in (engine.h) */
+			over = 1;
+		}
 
 		for (unsigned t = 0; t < cfg->nthreads && rc == 0; t++) {
 			ycsb_run_spec spec = {
@@ -285,7 +301,8 @@ static int bench_engine(session_state *st, const ycsb_engine *e, const char *bas
 				.value_size = cfg->value_size, .inserts = &inserts,
 				.verify = cfg->verify,
 				.versions = versions, .nversions = nversions,
-				.over_updates = cfg->batch_over_updates && batch > 1,
+				.over_updates = over && batch > 1,
+				.inflight = inflight,
 			};
 			ycsb_result *res = &st->results[st->nresults];
 
@@ -293,10 +310,12 @@ static int bench_engine(session_state *st, const ycsb_engine *e, const char *bas
 			snprintf(res->settings, sizeof(res->settings), "%s", settings);
 			res->load_seconds = load_s;
 			res->records = cfg->records;
+			res->inflight = cfg->inflight;
 			res->disk_reads_per_s = st->probe_rate;
 			verified += res->verified;
 			st->nresults++;
 			st->any_batch |= batch > 1;
+			st->any_inflight |= cfg->inflight > 0;
 			st->any_wraps |= res->wraps > 0;
 			st->rss_per_run = res->rss_per_run;
 			if (w == 0 && t == 0) /* after the generator's line */
@@ -308,7 +327,7 @@ static int bench_engine(session_state *st, const ycsb_engine *e, const char *bas
 		uint64_t keys = ycsb_keyseq_count(&inserts), checked = 0;
 
 		rc = ycsb_verify_all(e, db, keys, cfg->key_size, versions, nversions,
-				     cfg->value_size, &checked);
+				     cfg->value_size, cfg->inflight, &checked);
 		printf("[%s] verify: %" PRIu64 " values checked during the runs; read-back of "
 		       "all %" PRIu64 " keys: %s\n", e->name, verified, keys,
 		       rc == 0 ? "every value intact" : "FAILED");
@@ -483,8 +502,8 @@ int main(int argc, char **argv)
 		ycsb_probe_close(&probe);
 	}
 	printf("\n");
-	ycsb_report_notes(stdout, st->any_batch, st->rss_per_run, st->any_wraps,
-			  st->probe_rate > 0);
+	ycsb_report_notes(stdout, st->any_batch, st->any_inflight, st->rss_per_run,
+			  st->any_wraps, st->probe_rate > 0);
 	if (cfg.json != NULL) {
 		rc = ycsb_report_json(cfg.json, &cfg, st->results, st->nresults, &probe_rep);
 		if (rc < 0) {

@@ -46,6 +46,14 @@ static void usage(FILE *f)
 "                        of one thread would; an update of a key in the batch\n"
 "                        ends it first, so every read returns what it would in\n"
 "                        order. Batch column: K+\n"
+"  --inflight K          each thread keeps K operations of any kind in flight\n"
+"                        (1..1024), as K clients would: Ember's asynchronous\n"
+"                        calls (ember_*_async, ember_session_poll/wait); 1 in\n"
+"                        64 operations timed from start to completion. RocksDB,\n"
+"                        whose C API has no asynchronous call, runs its reads\n"
+"                        as MultiGet batches of up to K past updates (as --batch\n"
+"                        K --batch-over-updates); LMDB refuses it. Not with\n"
+"                        --batch. Batch column: ~K\n"
 "  --engine LIST         ember | rocksdb | lmdb | all, or a list (default ember)\n"
 "  --dir PATH            parent directory for the stores (default: a fresh\n"
 "                        mkdtemp directory under $TMPDIR or /tmp, removed at the\n"
@@ -277,7 +285,7 @@ enum {
 	OPT_KEY_SIZE, OPT_DIST, OPT_THETA, OPT_BATCH, OPT_DIR, OPT_LOG_MEMORY,
 	OPT_INDEX_BUCKETS, OPT_COLD_CHUNKS, OPT_READ_CACHE, OPT_COLD_CACHE, OPT_REPEAT, OPT_JSON, OPT_ENGINE, OPT_QUICK, OPT_PREGEN,
 	OPT_LOAD_THREADS, OPT_SEED, OPT_VERIFY, OPT_BATCH_OVER, OPT_DISK_PROBE, OPT_PROBE_SECONDS,
-	OPT_PROBE_SIZE, OPT_LIST_ENGINES, OPT_EMBER_MEMORY, OPT_SEGMENT, OPT_HELP,
+	OPT_PROBE_SIZE, OPT_LIST_ENGINES, OPT_EMBER_MEMORY, OPT_SEGMENT, OPT_INFLIGHT, OPT_HELP,
 };
 
 static const struct option long_opts[] = {
@@ -307,6 +315,7 @@ static const struct option long_opts[] = {
 	{ "seed", required_argument, NULL, OPT_SEED },
 	{ "verify", no_argument, NULL, OPT_VERIFY },
 	{ "batch-over-updates", no_argument, NULL, OPT_BATCH_OVER },
+	{ "inflight", required_argument, NULL, OPT_INFLIGHT },
 	{ "disk-probe", no_argument, NULL, OPT_DISK_PROBE },
 	{ "probe-seconds", required_argument, NULL, OPT_PROBE_SECONDS },
 	{ "probe-size", required_argument, NULL, OPT_PROBE_SIZE },
@@ -464,6 +473,14 @@ static int parse_one(int c, const char *arg, ycsb_config *cfg, given *g, int *wa
 	case OPT_BATCH_OVER:
 		cfg->batch_over_updates = 1;
 		return 0;
+	case OPT_INFLIGHT:
+		if (parse_u64(arg, &v, NO_SUFFIX) < 0 || v == 0 || v > YCSB_MAX_INFLIGHT) {
+			fprintf(stderr, "ember-ycsb: bad value for --inflight: '%s': operations "
+				"in flight per thread, 1..%u\n", arg, YCSB_MAX_INFLIGHT);
+			return 2;
+		}
+		cfg->inflight = (unsigned)v;
+		return 0;
 	case OPT_EMBER_MEMORY:
 		if (strcmp(arg, "whole") == 0)
 			cfg->ember_hot_log_only = 0;
@@ -561,6 +578,44 @@ static void fill_defaults(ycsb_config *cfg, const given *g)
 		cfg->probe_seconds = 3;
 }
 
+/* --inflight with the rest of the command line: not with read batches, and only
+ * for engines that keep operations in flight or stand in with read batches. 0, or
+ * -1 after saying why. */
+static int check_inflight(const ycsb_config *cfg)
+{
+	if (cfg->batch > 1) {
+		fprintf(stderr, "ember-ycsb: --inflight %u cannot be combined with --batch %u: "
+			"each of the K clients has one operation of any kind in flight\n",
+			cfg->inflight, cfg->batch);
+		return -1;
+	}
+	if (cfg->batch_over_updates) {
+		fprintf(stderr, "ember-ycsb: --inflight cannot be combined with "
+			"--batch-over-updates (an option of --batch)\n");
+		return -1;
+	}
+	for (unsigned i = 0; i < cfg->nworkloads; i++) {
+		if (cfg->wl_batch[i] > 1) {
+			fprintf(stderr, "ember-ycsb: --inflight %u cannot be combined with workload "
+				"%c's read batches of %u\n", cfg->inflight, cfg->workloads[i],
+				cfg->wl_batch[i]);
+			return -1;
+		}
+	}
+	for (unsigned i = 0; i < cfg->nengines; i++) {
+		const ycsb_engine *e = cfg->engines[i];
+
+		if (e->start == NULL && !e->inflight_batches) {
+			fprintf(stderr, "ember-ycsb: --inflight needs an engine with operations "
+				"in flight (start/poll); %s has none: %s\n", e->name,
+				e->inflight_refusal != NULL ? e->inflight_refusal
+							    : "run it without --inflight");
+			return -1;
+		}
+	}
+	return 0;
+}
+
 int ycsb_config_parse(int argc, char **argv, ycsb_config *cfg, int *exit_now)
 {
 	given g = { 0 };
@@ -612,6 +667,10 @@ int ycsb_config_parse(int argc, char **argv, ycsb_config *cfg, int *exit_now)
 			*exit_now = 1;
 			return 2;
 		}
+	}
+	if (cfg->inflight > 0 && check_inflight(cfg) < 0) {
+		*exit_now = 1;
+		return 2;
 	}
 	if (cfg->ops == 0 && cfg->seconds == 0) {
 		fprintf(stderr, "ember-ycsb: --ops 0 needs --seconds\n");

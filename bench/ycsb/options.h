@@ -31,6 +31,7 @@ typedef struct ycsb_config {
 	double theta;
 	unsigned batch;
 	int batch_over_updates; /* read batches reach past updates of other keys */
+	unsigned inflight;     /* --inflight K: operations in flight per thread (0: none) */
 	const char *dir;       /* NULL: a fresh mkdtemp directory, removed at exit */
 	uint64_t log_memory;   /* 0: Ember's default */
 	uint64_t index_buckets;

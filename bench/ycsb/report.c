@@ -51,7 +51,10 @@ void ycsb_report_row(FILE *f, const ycsb_result *r)
 	}
 	char batch[16];
 
-	snprintf(batch, sizeof(batch), "%u%s", r->batch, r->over_updates ? "+" : "");
+	if (r->inflight_async)
+		snprintf(batch, sizeof(batch), "~%u", r->inflight);
+	else
+		snprintf(batch, sizeof(batch), "%u%s", r->batch, r->over_updates ? "+" : "");
 	fprintf(f, "%-8s %-2c %-12s %3u %5s %8.3f %8.2f %8.2f %8.2f %8.1f %8s %8s %8" PRIu64,
 		r->engine, r->workload, dist, r->threads, batch, r->mops, r->lat.p50_us,
 		r->lat.p99_us, r->lat.p999_us, (double)r->peak_rss_kib / 1024.0, rd, wr,
@@ -70,8 +73,8 @@ void ycsb_report_row(FILE *f, const ycsb_result *r)
 	fflush(f);
 }
 
-void ycsb_report_notes(FILE *f, int any_batch, int rss_per_run, int any_wraps,
-		       int with_probe)
+void ycsb_report_notes(FILE *f, int any_batch, int any_inflight, int rss_per_run,
+		       int any_wraps, int with_probe)
 {
 	fprintf(f, "Notes: Mops/s = operations of all threads / (first thread's start to last\n"
 		   "thread's end). Latency: 1 operation in %d timed with clock_gettime, all\n"
@@ -81,6 +84,12 @@ void ycsb_report_notes(FILE *f, int any_batch, int rss_per_run, int any_wraps,
 			   "reads), timed 1 batch in 64/K (every batch when K >= 64). K+: the\n"
 			   "batch also reached past updates of other keys (--batch-over-updates),\n"
 			   "each applied at once and timed on its own.\n");
+	if (any_inflight)
+		fprintf(f, "~K (--inflight K): each thread kept K operations of any kind in\n"
+			   "flight through the engine's asynchronous calls, as K clients; a\n"
+			   "latency sample is one operation from its start to its completion.\n"
+			   "An engine without them shows K+: its reads ran as read batches of up\n"
+			   "to K past updates (see its settings line).\n");
 	if (any_wraps)
 		fprintf(f, "Timed runs outlasted their pre-generated arrays and cycled them\n"
 			   "(array_wraps in the JSON; raise --pregen to avoid it).\n");
@@ -138,11 +147,13 @@ static void json_run(FILE *f, const ycsb_result *r)
 	json_str(f, ycsb_dist_name(r->dist));
 	fprintf(f,
 		", \"theta\": %.4f, \"threads\": %u, \"batch\": %u, \"batch_over_updates\": %s,\n"
+		"     \"inflight\": %u, \"inflight_async\": %s, \"pending_ops\": %" PRIu64 ",\n"
 		"     \"records\": %" PRIu64 ", \"key_count\": %" PRIu64
 		", \"key_size\": %zu, \"value_size\": %zu, \"load_seconds\": %.3f,\n"
 		"     \"ops\": %" PRIu64 ", \"seconds\": %.4f, \"mops\": %.4f, \"repeats\": %u, "
 		"\"mops_runs\": [",
-		r->theta, r->threads, r->batch, r->over_updates ? "true" : "false", r->records, r->key_count, r->key_size,
+		r->theta, r->threads, r->batch, r->over_updates ? "true" : "false", r->inflight,
+		r->inflight_async ? "true" : "false", r->pending, r->records, r->key_count, r->key_size,
 		r->value_size, r->load_seconds, r->ops, r->seconds, r->mops, r->repeats);
 	for (unsigned i = 0; i < r->repeats; i++)
 		fprintf(f, "%s%.4f", i ? ", " : "", r->mops_runs[i]);

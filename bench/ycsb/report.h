@@ -14,8 +14,8 @@
 void ycsb_report_header(FILE *f, int with_probe);
 void ycsb_report_row(FILE *f, const ycsb_result *r);
 /* The notes that explain the table's columns, printed once after it. */
-void ycsb_report_notes(FILE *f, int any_batch, int rss_per_run, int any_wraps,
-		       int with_probe);
+void ycsb_report_notes(FILE *f, int any_batch, int any_inflight, int rss_per_run,
+		       int any_wraps, int with_probe);
 
 /* What --disk-probe measured (before and after the engines), for the JSON file. */
 typedef struct ycsb_probe_report {

@@ -11,6 +11,8 @@
  *      up to `batch` consecutive reads; time 1 operation in 64 (or 1 batch in
  *      64 / batch) with clock_gettime; stop at the op count or the deadline;
  *   4. thread_fini after the end timestamp.
+ * With --inflight K, step 3 is run_inflight.c's loop instead: K operations of
+ * any kind in flight through the engine's start() / poll().
  * What runs inside the timed loop besides the engine call: decoding the 8-byte
  * operation, writing the 8 key bytes (and, for updates, 8 counter bytes of the
  * value), the shared insert counter (one atomic add per insert, as YCSB's insert
@@ -34,46 +36,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "run_int.h"
 #include "stats.h"
-
-#define READ_SLACK 64 /* read buffers hold value_size + this */
-
-typedef struct worker {
-	const ycsb_run_spec *spec;
-	unsigned idx;
-	pthread_barrier_t *barrier;
-	pthread_t tid;
-
-	/* buffers, owned by the worker */
-	uint64_t *ops;
-	uint64_t nops;
-	unsigned char *key_mem;   /* batch keys of key_size bytes */
-	unsigned char *ukey;      /* the key of an update run inside a read batch */
-	uint64_t usamples;        /* such updates, for 1-in-64 latency sampling */
-	unsigned char *val;       /* value_size bytes, written by updates and inserts */
-	unsigned char *read_mem;  /* batch read buffers of value_size + READ_SLACK */
-	const void **keys;
-	size_t *klens;
-	void **bufs;
-	size_t *caps;
-	size_t *vlens;
-	int *status;
-
-	/* results */
-	int rc;
-	int fail_kind;            /* the first failed operation: its kind (-1: none) ... */
-	uint64_t fail_key;        /* ... its key number, */
-	uint64_t fail_index;      /* ... and how many operations this thread had done */
-	uint64_t gen_ns;
-	uint64_t t_start, t_end;
-	uint64_t done[YCSB_OP_KINDS];
-	uint64_t notfound, errors, wraps;
-	uint64_t verified;        /* values checked (--verify) */
-	uint64_t gen_state;       /* draws the generations of this thread's writes */
-	uint64_t *before;         /* verify: published versions of a batch's keys */
-	uint64_t stale_at;        /* EMBER_YCSB_STALE_READ: 0 none, else 1 + N */
-	ycsb_hist hist[YCSB_LAT_CLASSES];
-} worker;
 
 static void worker_free(worker *w)
 {
@@ -89,15 +53,7 @@ static void worker_free(worker *w)
 	free(w->vlens);
 	free(w->status);
 	free(w->before);
-}
-
-static void fill_random(unsigned char *p, size_t n, uint64_t seed)
-{
-	ycsb_rng rng;
-
-	ycsb_rng_seed(&rng, seed);
-	for (size_t i = 0; i < n; i++)
-		p[i] = (unsigned char)ycsb_rng_next(&rng);
+	ycsb_inflight_free(w);
 }
 
 /* Buffers for up to `batch` keys and reads at once. 0 or -1 (out of memory). */
@@ -132,49 +88,13 @@ static int worker_buffers(worker *w, unsigned batch, size_t key_size, size_t val
 	return 0;
 }
 
-static inline void stamp_value(unsigned char *val, size_t value_size, uint64_t stamp)
-{
-	size_t n = value_size < 8 ? value_size : 8;
-
-	for (size_t i = 0; i < n; i++)
-		val[i] = (unsigned char)(stamp >> (8 * i));
-}
-
-/* The key number an operation names: "latest" draws count back from the newest
- * key every thread's inserts have reached (see keyseq.h). */
-static inline uint64_t op_key(uint64_t op, ycsb_keyseq *inserts)
-{
-	if (op & YCSB_OP_LATEST)
-		return ycsb_op_key(op, ycsb_keyseq_latest(inserts));
-	return ycsb_op_key(op, 0);
-}
-
-/* Record one result code of a `kind` operation on key number `key`. Returns
- * nonzero when the thread must stop. */
-static inline int note_rc(worker *w, int rc, unsigned kind, uint64_t key)
-{
-	if (rc == 0)
-		return 0;
-	if (rc == YCSB_NOTFOUND) {
-		w->notfound++;
-		return 0;
-	}
-	if (w->errors++ == 0) {
-		w->rc = rc;
-		w->fail_kind = (int)kind;
-		w->fail_key = key;
-		w->fail_index = w->done[0] + w->done[1] + w->done[2] + w->done[3];
-	}
-	return 1;
-}
-
 /*
  * --verify: turn one read's result into a verdict. An absent key is a failure (the
  * driver only names keys that were loaded or inserted and acknowledged), and so is
  * a value that fails ycsb_value_check(). The first failure of the thread is
  * described on stderr. Returns 0, YCSB_EVERIFY, or rc when rc is an engine error.
  */
-static int verify_read(worker *w, int rc, const unsigned char *buf, size_t vlen,
+int ycsb_verify_read(worker *w, int rc, const unsigned char *buf, size_t vlen,
 		       uint64_t keyno, uint64_t before)
 {
 	const ycsb_run_spec *s = w->spec;
@@ -206,39 +126,6 @@ bad:
 		fprintf(stderr, "ember-ycsb: %s: verify: thread %u, key %llu: %s\n",
 			w->spec->engine->name, w->idx, (unsigned long long)keyno, why);
 	return YCSB_EVERIFY;
-}
-
-/* verify: the published version of keyno (0 past the table: not tracked). */
-static inline uint64_t version_of(const ycsb_run_spec *s, uint64_t keyno)
-{
-	if (!s->verify || keyno >= s->nversions)
-		return 0;
-	/* acquire: pairs with the owner's release after its write returned */
-	return atomic_load_explicit(&s->versions[keyno], memory_order_acquire);
-}
-
-/* verify: a write of keyno (made by its owner) returned with version v. */
-static inline void version_publish(const ycsb_run_spec *s, uint64_t keyno, uint64_t v)
-{
-	if (s->verify && keyno < s->nversions)
-		/* release: a read that loads v began after the write of v returned */
-		atomic_store_explicit(&s->versions[keyno], v, memory_order_release);
-}
-
-/* verify: the key an update or read-modify-write drawn as keyno goes to: the
- * nearest key at or below keyno that thread idx owns (k % threads == idx), or idx
- * itself (keys 0 .. threads-1 are loaded: options.c checks records >= threads). */
-static inline uint64_t own_key(const worker *w, uint64_t keyno)
-{
-	const ycsb_run_spec *s = w->spec;
-	uint64_t t = s->threads, k;
-
-	if (!s->verify)
-		return keyno;
-	k = keyno - keyno % t + w->idx;
-	if (k > keyno)
-		k = keyno >= t ? k - t : w->idx;
-	return k;
 }
 
 /* The value a write of key keyno stores: self-checking under --verify, with the
@@ -335,7 +222,7 @@ static uint64_t run_read_batch(worker *w, void *ctx, uint64_t pos, uint64_t room
 		int st = w->status[i];
 
 		if (s->verify)
-			st = verify_read(w, st, w->bufs[i], w->vlens[i], keyno, w->before[i]);
+			st = ycsb_verify_read(w, st, w->bufs[i], w->vlens[i], keyno, w->before[i]);
 		if (note_rc(w, st, YCSB_OP_READ, keyno))
 			*stop = 1;
 	}
@@ -403,7 +290,7 @@ static void run_ops(worker *w, void *ctx)
 
 			rc = e->read(ctx, key, s->key_size, w->bufs[0], cap, &vlen);
 			if (s->verify)
-				rc = verify_read(w, rc, w->bufs[0], vlen, keyno, before);
+				rc = ycsb_verify_read(w, rc, w->bufs[0], vlen, keyno, before);
 			break;
 		}
 		case YCSB_OP_UPDATE:
@@ -470,8 +357,12 @@ static void *run_worker(void *arg)
 			w->rc = -EINVAL; /* theta out of range */
 		w->gen_ns = ycsb_now_ns() - t0;
 	}
+	if (w->rc == 0 && s->inflight > 0 && ycsb_inflight_init(w) < 0)
+		w->rc = -ENOMEM;
 	pthread_barrier_wait(w->barrier);
-	if (w->rc == 0 && w->nops > 0)
+	if (w->rc == 0 && w->nops > 0 && s->inflight > 0)
+		ycsb_run_inflight(w, ctx);
+	else if (w->rc == 0 && w->nops > 0)
 		run_ops(w, ctx);
 	if (ctx != NULL)
 		s->engine->thread_fini(ctx);
@@ -488,6 +379,8 @@ const char *ycsb_lat_class_name(int c)
 		[YCSB_LAT_READ_BATCH] = "read_batch",
 	};
 
+	if (c == YCSB_FAIL_POLL)
+		return "poll";
 	return c >= 0 && c < YCSB_LAT_CLASSES ? names[c] : "?";
 }
 
@@ -515,6 +408,7 @@ static void run_collect(const ycsb_run_spec *s, worker *ws, ycsb_result *res)
 			res->ops += w->done[k];
 		}
 		res->notfound += w->notfound;
+		res->pending += w->pending;
 		res->verified += w->verified;
 		res->errors += w->errors;
 		res->wraps += w->wraps;
@@ -566,6 +460,8 @@ int ycsb_run(const ycsb_run_spec *s, ycsb_result *res)
 	res->threads = s->threads;
 	res->batch = s->batch;
 	res->over_updates = s->over_updates;
+	res->inflight = s->inflight;
+	res->inflight_async = s->inflight > 0;
 	res->key_size = s->key_size;
 	res->value_size = s->value_size;
 	res->key_count = s->key_count;
@@ -692,41 +588,57 @@ int ycsb_load(const ycsb_engine *e, void *db, uint64_t records, size_t key_size,
 
 /* ---- --verify: the final read-back of every key ---- */
 
+int ycsb_readback_check(const ycsb_engine *e, uint64_t k, int rc, const unsigned char *buf,
+			size_t vlen, size_t value_size, const _Atomic uint64_t *versions,
+			uint64_t nversions, uint64_t *checked)
+{
+	char why[192];
+
+	if (rc == YCSB_NOTFOUND) {
+		fprintf(stderr, "ember-ycsb: %s: verify: key %llu is absent\n", e->name,
+			(unsigned long long)k);
+		return YCSB_EVERIFY;
+	}
+	if (rc < 0)
+		return rc;
+	++*checked;
+	if (ycsb_value_check(buf, vlen, value_size, k, why, sizeof(why)) < 0 ||
+	    (k < nversions &&
+	     /* relaxed: every writer was joined before this read-back */
+	     ycsb_version_check(ycsb_get_le64(buf),
+				atomic_load_explicit(&versions[k], memory_order_relaxed),
+				atomic_load_explicit(&versions[k], memory_order_relaxed), 1, why,
+				sizeof(why)) < 0)) {
+		fprintf(stderr, "ember-ycsb: %s: verify: key %llu: %s\n", e->name,
+			(unsigned long long)k, why);
+		return YCSB_EVERIFY;
+	}
+	return 0;
+}
+
 int ycsb_verify_all(const ycsb_engine *e, void *db, uint64_t keys, size_t key_size,
 		    const _Atomic uint64_t *versions, uint64_t nversions,
-		    size_t value_size, uint64_t *checked)
+		    size_t value_size, unsigned inflight, uint64_t *checked)
 {
 	size_t cap = value_size + READ_SLACK;
-	unsigned char *key = calloc(1, key_size);
-	unsigned char *buf = malloc(cap);
+	unsigned char *key, *buf;
 	void *ctx = NULL;
-	char why[192];
-	int rc = key == NULL || buf == NULL ? -ENOMEM : e->thread_init(db, &ctx);
+	int rc;
 
 	*checked = 0;
+	if (inflight > 0 && e->start != NULL)
+		return ycsb_verify_all_inflight(e, db, keys, key_size, versions, nversions,
+						value_size, inflight, checked);
+	key = calloc(1, key_size);
+	buf = malloc(cap);
+	rc = key == NULL || buf == NULL ? -ENOMEM : e->thread_init(db, &ctx);
 	for (uint64_t k = 0; rc == 0 && k < keys; k++) {
 		size_t vlen = 0;
 
 		ycsb_key_format(key, k);
 		rc = e->read(ctx, key, key_size, buf, cap, &vlen);
-		if (rc == YCSB_NOTFOUND) {
-			fprintf(stderr, "ember-ycsb: %s: verify: key %llu is absent\n", e->name,
-				(unsigned long long)k);
-			rc = YCSB_EVERIFY;
-		} else if (rc == 0) {
-			++*checked;
-			if (ycsb_value_check(buf, vlen, value_size, k, why, sizeof(why)) < 0 ||
-			    (k < nversions &&
-			     /* relaxed: every writer was joined before this read-back */
-			     ycsb_version_check(ycsb_get_le64(buf),
-						atomic_load_explicit(&versions[k], memory_order_relaxed),
-						atomic_load_explicit(&versions[k], memory_order_relaxed),
-						1, why, sizeof(why)) < 0)) {
-				fprintf(stderr, "ember-ycsb: %s: verify: key %llu: %s\n",
-					e->name, (unsigned long long)k, why);
-				rc = YCSB_EVERIFY;
-			}
-		}
+		rc = ycsb_readback_check(e, k, rc, buf, vlen, value_size, versions, nversions,
+					 checked);
 	}
 	if (ctx != NULL)
 		e->thread_fini(ctx);

@@ -17,6 +17,8 @@
 
 /* Latency classes: one per operation kind, plus whole read batches. */
 enum { YCSB_LAT_READ_BATCH = YCSB_OP_KINDS, YCSB_LAT_CLASSES };
+/* A failure's kind besides those: the engine's poll() (--inflight). */
+#define YCSB_FAIL_POLL YCSB_LAT_CLASSES
 
 #define YCSB_SAMPLE_EVERY 64 /* time 1 operation in 64 */
 
@@ -35,6 +37,9 @@ typedef struct ycsb_run_spec {
 	unsigned threads;
 	unsigned batch;        /* 1 = no batching */
 	int over_updates;      /* a read batch reaches past updates of keys it does not hold */
+	unsigned inflight;     /* 0, or K: each thread keeps K operations of any kind in
+				  flight through the engine's start() / poll()
+				  (run_inflight.c); needs batch == 1 */
 	uint64_t ops;          /* over all threads; 0 = only the time limit bounds the run */
 	double seconds;        /* 0 = no time limit */
 	uint64_t pregen_ops;   /* per thread, when ops == 0: the array is cycled */
@@ -55,7 +60,7 @@ typedef struct ycsb_run_spec {
 } ycsb_run_spec;
 
 #define YCSB_MAX_REPEAT 99
-#define YCSB_SETTINGS_CAP 768
+#define YCSB_SETTINGS_CAP 1024
 
 typedef struct ycsb_result {
 	const char *engine;
@@ -65,15 +70,20 @@ typedef struct ycsb_result {
 	unsigned threads;
 	unsigned batch;
 	int over_updates;
+	unsigned inflight;               /* --inflight K (0: none) ... */
+	int inflight_async;              /* ... kept in flight by start()/poll(); 0: the
+					    engine ran it as read batches (batch = K) */
 	size_t key_size, value_size;
 	uint64_t key_count;
 	uint64_t ops;                    /* operations done, all threads */
 	uint64_t done[YCSB_OP_KINDS];    /* ... of each kind */
 	uint64_t notfound;               /* reads that found no value */
+	uint64_t pending;                /* --inflight: operations that went pending */
 	uint64_t verified;               /* reads whose value was checked (--verify) */
 	uint64_t errors;                 /* operations that failed (the thread stopped) */
 	int first_error;
-	int fail_kind;                   /* first failure: YCSB_OP_* or YCSB_LAT_READ_BATCH, -1: none */
+	int fail_kind;                   /* first failure: YCSB_OP_*, YCSB_LAT_READ_BATCH or
+					    YCSB_FAIL_POLL; -1: none */
 	uint64_t fail_key;               /* ... its key number */
 	uint64_t fail_index;             /* ... operations its thread had done before it */
 	unsigned fail_thread;            /* ... that thread */
@@ -106,15 +116,17 @@ int ycsb_load(const ycsb_engine *e, void *db, uint64_t records, size_t key_size,
 	      double *seconds);
 
 /*
- * Read keys 0 .. keys-1 back on one thread and check every value (value.h).
+ * Read keys 0 .. keys-1 back on one thread and check every value (value.h): one
+ * at a time, or, with inflight K and an engine with start(), K reads in flight.
  * *checked receives how many were read. 0, YCSB_EVERIFY for the first bad or
  * absent value (reported on stderr), or the engine's error.
  */
 int ycsb_verify_all(const ycsb_engine *e, void *db, uint64_t keys, size_t key_size,
 		    const _Atomic uint64_t *versions, uint64_t nversions,
-		    size_t value_size, uint64_t *checked);
+		    size_t value_size, unsigned inflight, uint64_t *checked);
 
-/* "read", "update", "insert", "rmw", "read_batch" for a latency class / fail_kind. */
+/* "read", "update", "insert", "rmw", "read_batch" for a latency class / fail_kind;
+ * "poll" for YCSB_FAIL_POLL. */
 const char *ycsb_lat_class_name(int c);
 
 /* One timed run. 0, or the first error (res is filled either way). */

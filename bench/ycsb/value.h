@@ -131,7 +131,10 @@ static inline int ycsb_value_check(const unsigned char *v, size_t vlen, size_t s
  * Check the version `got` a read returned (bytes 0..7 of a value that passed
  * ycsb_value_check) against the key's published versions: `before`, loaded before
  * the read began, and `after`, loaded after it returned; own: the reader is the
- * key's owning writer (nothing else writes the key, so nothing is in flight).
+ * key's owning writer (nothing else writes the key), and `before` is then the
+ * version of its last write of the key -- with --inflight possibly still in
+ * flight, which the read must see (one thread's operations on a key take effect
+ * in the order started: engine.h).
  * 0, or -1 with a one-line reason in why.
  */
 static inline int ycsb_version_check(uint64_t got, uint64_t before, uint64_t after, int own,
@@ -145,7 +148,7 @@ static inline int ycsb_version_check(uint64_t got, uint64_t before, uint64_t aft
 	}
 	if (own && got != before) {
 		snprintf(why, cap, "the owning writer read version %llu of its key, want "
-			 "exactly %llu, its own last write", (unsigned long long)got,
+			 "exactly %llu, that of its own last write started", (unsigned long long)got,
 			 (unsigned long long)before);
 		return -1;
 	}

@@ -185,7 +185,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FZ_CHECK(rc == EMBER_ECORRUPT || rc == EMBER_ENOMEM || rc == EMBER_EIO ||
 				 (rc > -4096 && rc != EMBER_EAGAIN),
 			 "rec_read_at returned %d (%s)", rc, ember_strerror(rc));
-		FZ_CHECK(!sess->ring_broken, "the session's ring broke on a plain read");
+		FZ_CHECK(!sess->pool.broken, "the session's ring broke on a plain read");
 		return 0;
 	}
 	FZ_CHECK(rc == 0 && r, "rc %d", rc);

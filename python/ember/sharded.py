@@ -64,7 +64,8 @@ from torch import nn
 from .cache import EmbeddingCache, Table
 from .errors import StateError
 from .store import Store
-from .torch import _OPTIMIZERS, EmbeddingBagConfig, _feature, _load_tables, _parse_optimizer
+from .torch import (_OPTIMIZERS, EmbeddingBagConfig, _feature, _load_tables, _parse_optimizer,
+                    _table_named)
 
 __all__ = ["ShardedEmbeddingBagCollection", "ShardError", "owner_of"]
 
@@ -600,10 +601,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
         self._release_held()
 
     def _table(self, name: str) -> Tuple[int, EmbeddingBagConfig]:
-        for t, cfg in enumerate(self.configs):
-            if cfg.name == name:
-                return t, cfg
-        raise KeyError(f"no table named {name!r}")
+        return _table_named(self.configs, name)
 
     def _local_rows(self, cfg: EmbeddingBagConfig) -> int:
         """Rows of table cfg this rank owns: ids rank, rank + world, ..."""

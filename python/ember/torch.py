@@ -158,6 +158,16 @@ def _feature(name: str, x: Any) -> Tuple[torch.Tensor, torch.Tensor]:
     return values.contiguous(), offsets.contiguous()
 
 
+def _table_named(configs: Sequence[EmbeddingBagConfig],
+                 name: str) -> Tuple[int, EmbeddingBagConfig]:
+    """The index and config of the table called name (KeyError if none): the
+    collections' read_rows, write_rows and export_table look tables up by name."""
+    for t, cfg in enumerate(configs):
+        if cfg.name == name:
+            return t, cfg
+    raise KeyError(f"no table named {name!r}")
+
+
 def _load_tables(module: Any, state_dict: Mapping[str, Any], prefix: str, strict: bool,
                  missing_keys: List[str], unexpected_keys: List[str], error_msgs: List[str],
                  write: Callable[[int, EmbeddingBagConfig, torch.Tensor, Optional[torch.Tensor]],
@@ -528,10 +538,7 @@ class EmbeddingBagCollection(nn.Module):
         self._release_held()
 
     def _table(self, name: str) -> Tuple[int, EmbeddingBagConfig]:
-        for t, cfg in enumerate(self.configs):
-            if cfg.name == name:
-                return t, cfg
-        raise KeyError(f"no table named {name!r}")
+        return _table_named(self.configs, name)
 
     def read_rows(self, name: str, ids: Any, state: bool = False) -> Any:
         """float32 (n, dim) rows `ids` of table `name` as the next batch sees them

@@ -60,6 +60,25 @@ int io_open_store_file(const char *path, int oflags, int *direct)
 	return fd;
 }
 
+uint32_t io_dio_read_align(int fd)
+{
+#ifdef STATX_DIOALIGN
+	struct statx sx;
+	memset(&sx, 0, sizeof(sx));
+	if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) != 0 ||
+	    !(sx.stx_mask & STATX_DIOALIGN))
+		return EM_IO_ALIGN; /* an older kernel, or a file system that does not say */
+	uint32_t a = sx.stx_dio_offset_align, m = sx.stx_dio_mem_align;
+	/* 0: direct I/O unsupported on this file (ext4 with journalled data, say) */
+	if (a < EM_READ_ALIGN_MIN || a > EM_IO_ALIGN || (a & (a - 1)) || m == 0 || m > EM_IO_ALIGN)
+		return EM_IO_ALIGN;
+	return a;
+#else
+	(void)fd; /* headers older than Linux 6.1: no STATX_DIOALIGN */
+	return EM_IO_ALIGN;
+#endif
+}
+
 int em_file_open(struct em_file *f, const char *path, int flags)
 {
 	int fault = EM_FAULT(EM_FAULT_FILE_OPEN); /* fault injection: fail as open(2) would */
@@ -75,12 +94,17 @@ int em_file_open(struct em_file *f, const char *path, int flags)
 	f->direct = 0; /* seq_cst, though nobody else sees f yet: a plain store would do */
 	f->seg_bits = 0;
 	f->segs = NULL;
+	/* relaxed: f is still the opener's alone */
+	atomic_store_explicit(&f->read_align, 0, memory_order_relaxed);
 	int direct = 0;
 	int fd = io_open_store_file(path, oflags, &direct); /* buffered where O_DIRECT is refused (tmpfs) */
 	if (fd < 0)
 		return fd;
 	f->direct = direct; /* seq_cst: as above, f is still the opener's alone */
 	f->fd = fd;
+	/* relaxed: as above; buffered reads need no alignment, EM_IO_ALIGN serves */
+	atomic_store_explicit(&f->read_align, direct ? io_dio_read_align(fd) : EM_IO_ALIGN,
+			      memory_order_relaxed);
 	return 0;
 }
 

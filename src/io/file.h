@@ -4,7 +4,9 @@
  * An em_file is an open file, with O_DIRECT when the filesystem allows it (then
  * every offset, length and buffer address must be a multiple of EM_IO_ALIGN) and
  * a buffered fallback otherwise (the same alignment is still used, so callers
- * never care which one they got). An em_ring is one io_uring instance; each user
+ * never care which one they got). Point reads of single records may use the
+ * file's smaller read alignment instead (em_file_read_align, below); buffers stay
+ * EM_IO_ALIGN aligned whatever the file. An em_ring is one io_uring instance; each user
  * session and each background thread owns its own ring and reaps its own
  * completions, so no ring is ever shared between threads.
  *
@@ -43,6 +45,11 @@ struct em_file {
 	_Atomic int direct;
 	uint32_t seg_bits; /* 0: one file; else log2 of the segment size */
 	struct em_segs *segs;
+	/* em_file_read_align's value; 0: not known (yet), EM_IO_ALIGN. One file: set
+	 * at open. Segmented: set when the first segment opens (under segs->mu);
+	 * atomic because readers load it without that lock (segment.c, invariant 7).
+	 * A view of one segment's descriptor (segment.c) leaves it 0. */
+	_Atomic uint32_t read_align;
 };
 
 /* Segment sizes em_file_open_segmented accepts: 2^EM_SEG_MIN_BITS .. 2^EM_SEG_MAX_BITS
@@ -61,6 +68,30 @@ struct em_file {
 
 /* Open path. Returns 0 or -errno. */
 int em_file_open(struct em_file *f, const char *path, int flags);
+
+/* The smallest alignment em_file_read_align returns. */
+#define EM_READ_ALIGN_MIN 512u
+
+/*
+ * The alignment of offset and length for a point read of f (one record, one
+ * hash chunk): a power of two in [EM_READ_ALIGN_MIN, EM_IO_ALIGN]. Why: O_DIRECT
+ * needs offsets and lengths aligned only to what the file system reports
+ * (statx STATX_DIOALIGN's stx_dio_offset_align: on ext4 the device's logical
+ * block, often 512 bytes), not to the 4 KiB of EM_IO_ALIGN; a 100-byte record
+ * then costs a 512- or 1024-byte read instead of 4 KiB. EM_IO_ALIGN wherever
+ * that is not reported or looks odd, and for a buffered file (which needs no
+ * alignment at all: one value is simpler). Every segment of a segmented file
+ * accepts reads at this alignment (segment.c, invariant 7). Buffer addresses
+ * stay EM_IO_ALIGN aligned, and sequential scans and every write keep
+ * EM_IO_ALIGN.
+ */
+static inline uint32_t em_file_read_align(struct em_file *f)
+{
+	/* relaxed: the value alone; any value a reader sees suits every segment
+	 * (segment.c, invariant 7) */
+	uint32_t a = atomic_load_explicit(&f->read_align, memory_order_relaxed);
+	return a ? a : EM_IO_ALIGN;
+}
 /* Open the segmented file "<path>.<n>" with segments of 2^seg_bits bytes (see
  * above). EM_FILE_TRUNCATE removes its segments and a plain file at path first;
  * EM_FILE_CREATE lets writes create segments (without it, as with READONLY, a

@@ -3,7 +3,7 @@
  * segment table (struct em_segs), the split-request entries of a ring (struct
  * em_split), the power-loss simulator's hook macro, and the calls between
  *   file.c     plain files and paths
- *   segment.c  segmented files (invariants 3, 5, 6)
+ *   segment.c  segmented files (invariants 3, 5, 6, 7)
  *   ring.c     the io_uring ring and the synchronous calls (invariants 1, 2, 4)
  */
 #ifndef EMBER_IO_FILE_INT_H
@@ -72,6 +72,11 @@ struct em_segs {
 int io_open_store_file(const char *path, int oflags, int *direct);
 /* rename(2), or renameat2 with RENAME_NOREPLACE: 0 or -errno. */
 int io_path_rename(const char *from, const char *to, int noreplace);
+/* The offset and length alignment direct reads of fd (opened with O_DIRECT) need,
+ * from statx(STATX_DIOALIGN): its stx_dio_offset_align when that is a power of
+ * two in [EM_READ_ALIGN_MIN, EM_IO_ALIGN] and the memory alignment it reports is
+ * at most EM_IO_ALIGN; EM_IO_ALIGN when it is not reported or anything is odd. */
+uint32_t io_dio_read_align(int fd);
 
 /* ---- segment.c -------------------------------------------------------------------- */
 

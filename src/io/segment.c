@@ -38,6 +38,13 @@
  *     it) and unlinks every other "<path>.spare.*" (wrong size, holes: a crash
  *     while one was written); close leaves them. Recycling trims them to its
  *     limit.
+ *  7. Read alignment (em_file_read_align): 0 (read as EM_IO_ALIGN) until the
+ *     first segment opens; that open sets it to the segment's own (io_seg_fd,
+ *     seg_read_align), and it never changes after. Every segment opened later
+ *     accepts reads at that alignment: one whose direct reads would need more
+ *     is switched to buffered I/O before its descriptor is published. So a
+ *     reader that loaded any value, 0 included, may read any segment with it,
+ *     whether the segment is open yet or not.
  */
 #include "io/file_int.h"
 
@@ -203,6 +210,8 @@ int em_file_open_segmented(struct em_file *f, const char *path, int flags, uint3
 	f->direct = 1; /* seq_cst, though nobody else sees f yet: a plain store would do */
 	f->seg_bits = 0;
 	f->segs = NULL;
+	/* relaxed: f is still the opener's alone; the first segment sets it (invariant 7) */
+	atomic_store_explicit(&f->read_align, 0, memory_order_relaxed);
 	if (!path || seg_bits < EM_SEG_MIN_BITS || seg_bits > EM_SEG_MAX_BITS)
 		return -EINVAL;
 	int fault = EM_FAULT(EM_FAULT_FILE_OPEN); /* fault injection: fail as open(2) would */
@@ -320,7 +329,7 @@ int em_file_prewrite_spares(struct em_file *f, uint32_t n)
 		if (fd < 0) {
 			rc = fd;
 		} else {
-			struct em_file one = {fd, direct, 0, NULL};
+			struct em_file one = {.fd = fd, .direct = direct};
 			for (uint64_t off = 0; off < seg && rc == 0; off += chunk)
 				rc = em_io_pwrite(&r, &one, zero, chunk, off);
 			close(fd);
@@ -356,6 +365,33 @@ static _Atomic int *seg_cell(struct em_segs *g, uint64_t n, int alloc)
 		atomic_store_explicit(&g->blocks[b], (uintptr_t)blk, memory_order_release);
 	}
 	return blk ? &blk[n & (SEG_BLOCK - 1)] : NULL;
+}
+
+/*
+ * Invariant 7 for segment descriptor fd, just opened (under mu, not yet
+ * published): the first segment opened sets the file's read alignment (its
+ * direct-read alignment; EM_IO_ALIGN when buffered); a later one whose direct
+ * reads need more (a file system that differs per file: never seen in one
+ * directory, but nothing promises it) loses O_DIRECT (*direct = 0), since
+ * buffered reads need no alignment. 0, or -1 with errno (fcntl failed).
+ */
+static int seg_read_align(struct em_file *f, int fd, int *direct)
+{
+	uint32_t need = *direct ? io_dio_read_align(fd) : EM_IO_ALIGN;
+	/* relaxed: stored only under mu, which the caller holds */
+	uint32_t have = atomic_load_explicit(&f->read_align, memory_order_relaxed);
+	if (!have) {
+		/* relaxed: the value alone; no segment was open before it (invariant 7) */
+		atomic_store_explicit(&f->read_align, need, memory_order_relaxed);
+		return 0;
+	}
+	if (!*direct || need <= have)
+		return 0;
+	int fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_DIRECT) != 0)
+		return -1;
+	*direct = 0;
+	return 0;
 }
 
 /* Segment n's descriptor, opening it (and creating it for a write) on first use:
@@ -411,7 +447,12 @@ int io_seg_fd(struct em_file *f, uint64_t n, int write)
 	}
 	int direct = 1;
 	int fd = io_open_store_file(name, oflags, &direct);
-	if (fd >= 0 && !direct) /* the filesystem refuses O_DIRECT */
+	if (fd >= 0 && seg_read_align(f, fd, &direct) < 0) {
+		rc = -errno;
+		close(fd);
+		fd = rc;
+	}
+	if (fd >= 0 && !direct) /* the filesystem refuses O_DIRECT, or invariant 7 */
 		/* relaxed: a flag alone, read by segs_punch/segs_fsync without mu */
 		atomic_store_explicit(&f->direct, 0, memory_order_relaxed);
 	rc = fd;
@@ -557,7 +598,7 @@ int io_segs_punch(struct em_ring *r, struct em_file *f, uint64_t off, uint64_t l
 			if (fd >= 0) {
 				/* relaxed: the flag alone (seg_fd may clear it under mu) */
 				int d = atomic_load_explicit(&f->direct, memory_order_relaxed);
-				struct em_file one = {fd, d, 0, NULL};
+				struct em_file one = {.fd = fd, .direct = d};
 				rc = em_io_punch(r, &one, a - s0, b - a);
 			} else if (fd != -ENOENT) {
 				rc = fd;
@@ -588,7 +629,7 @@ int io_segs_fsync(struct em_ring *r, struct em_file *f, uint64_t lo)
 			continue; /* removed, or never written */
 		/* relaxed: the flag alone; seg_fd clears it under mu, held here */
 		int d = atomic_load_explicit(&f->direct, memory_order_relaxed);
-		struct em_file one = {v - 1, d, 0, NULL};
+		struct em_file one = {.fd = v - 1, .direct = d};
 		rc = em_io_fsync(r, &one);
 	}
 	if (rc == 0 && g->dir_dirty) {

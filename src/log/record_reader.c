@@ -108,14 +108,16 @@ int64_t rec_check(struct record *r, uint64_t a, uint64_t avail, const struct rec
 	return rec_check_copy(r, a, avail, rules, NULL, 0, NULL, why);
 }
 
-int rec_read_at(rec_read_fn read, void *ctx, uint8_t **buf, size_t *cap, uint64_t a,
-		uint64_t first, const struct rec_rules *rules, struct record **out,
+int rec_read_at(rec_read_fn read, void *ctx, uint32_t align, uint8_t **buf, size_t *cap,
+		uint64_t a, uint64_t first, const struct rec_rules *rules, struct record **out,
 		const char **why)
 {
+	if (align < EM_READ_ALIGN_MIN || align > EM_IO_ALIGN || (align & (align - 1)))
+		return (int)bad(why, "read alignment out of range"); /* a caller's bug */
 	uint64_t want = first;
 	for (int attempt = 0; attempt < 2; attempt++) {
-		uint64_t off = em_align_down(a, EM_IO_ALIGN);
-		uint64_t len = em_align_up(a + want - off, EM_IO_ALIGN);
+		uint64_t off = em_align_down(a, align);
+		uint64_t len = em_align_up(a + want - off, align);
 		if (len > UINT32_MAX - EM_IO_ALIGN)
 			return (int)bad(why, "record length out of range");
 		int rc = em_buf_reserve(buf, cap, len);

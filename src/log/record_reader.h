@@ -73,18 +73,23 @@ int64_t rec_check_copy(struct record *r, uint64_t a, uint64_t avail,
 int64_t rec_check_head(struct record *r, uint64_t a, uint64_t avail,
 		       const struct rec_rules *rules, const char **why);
 
-/* Read len bytes of the log's file at off (EM_IO_ALIGN aligned) into buf:
- * returns the bytes read (short at the end of the file) or a negative error. */
+/* Read len bytes of the log's file at off into buf (off and len multiples of
+ * EM_IO_ALIGN, or of the file's read alignment for rec_read_at; buf EM_IO_ALIGN
+ * aligned): returns the bytes read (short at the end of the file) or a negative
+ * error. */
 typedef int (*rec_read_fn)(void *ctx, void *buf, uint32_t len, uint64_t off);
 
 /*
  * Read the record at a into *buf (grown with em_alloc_io as needed; *cap its
  * size), first asking for first bytes, then once more for the whole record when
- * it is larger, and check it with rules. Returns 0 with *out in *buf, or
+ * it is larger, and check it with rules. Each read's offset and length are
+ * multiples of align: the file's read alignment (em_file_read_align, io/file.h),
+ * a power of two in [EM_READ_ALIGN_MIN, EM_IO_ALIGN]; the record is at
+ * a - (a rounded down to align) in *buf. Returns 0 with *out in *buf, or
  * EMBER_ECORRUPT (*why), EMBER_ENOMEM, or the read's error.
  */
-int rec_read_at(rec_read_fn read, void *ctx, uint8_t **buf, size_t *cap, uint64_t a,
-		uint64_t first, const struct rec_rules *rules, struct record **out,
+int rec_read_at(rec_read_fn read, void *ctx, uint32_t align, uint8_t **buf, size_t *cap,
+		uint64_t a, uint64_t first, const struct rec_rules *rules, struct record **out,
 		const char **why);
 
 /*

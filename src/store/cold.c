@@ -29,8 +29,9 @@ int read_record_sync(ember_session *s, struct hlog *log, struct em_file *f, uint
 			       .klen = klen};
 	const char *why = NULL;
 	s->rchunk = 0; /* rbuf is about to hold something else */
-	int rc = rec_read_at(session_read_fn, &src, &s->rbuf, &s->rbuf_cap, addr, FIRST_READ_MIN,
-			     &ru, out, &why);
+	/* one record: the file's read alignment (io/file.h, em_file_read_align) */
+	int rc = rec_read_at(session_read_fn, &src, em_file_read_align(f), &s->rbuf, &s->rbuf_cap,
+			     addr, FIRST_READ_MIN, &ru, out, &why);
 	if (rc < 0 && rc != EMBER_ENOMEM && addr < hlog_load(&log->begin))
 		return EMBER_EAGAIN; /* released, or moved by compaction meanwhile */
 	if (rc == EMBER_ECORRUPT)
@@ -40,19 +41,18 @@ int read_record_sync(ember_session *s, struct hlog *log, struct em_file *f, uint
 }
 
 /* The copy of chunk at ca from the chunk cache (cold_index.h, note 5), rebuilt as
- * a chunk record in s->rbuf where a disk read would have put it: 0 and *out, 1
- * (not cached), or EMBER_ENOMEM. */
+ * a chunk record at the start of s->rbuf: 0 and *out, 1 (not cached), or
+ * EMBER_ENOMEM. */
 static int chunk_from_cache(ember_session *s, uint64_t chunk, uint64_t ca, struct record **out)
 {
 	struct cold_index *ci = &s->db->cidx;
 	if (!ci->cache)
 		return 1;
-	uint64_t off = ca - em_align_down(ca, EM_IO_ALIGN);
-	int rc = em_buf_reserve(&s->rbuf, &s->rbuf_cap, off + rec_size(8, ci->chunk_bytes));
+	int rc = em_buf_reserve(&s->rbuf, &s->rbuf_cap, rec_size(8, ci->chunk_bytes));
 	if (rc < 0)
 		return rc;
 	s->rchunk = 0; /* rbuf is about to hold something else */
-	struct record *r = (struct record *)(void *)(s->rbuf + off);
+	struct record *r = (struct record *)(void *)s->rbuf;
 	rec_init(r, 0, 0, &chunk, 8, NULL, 0, ci->chunk_bytes);
 	uint64_t *w = (uint64_t *)(void *)rec_value(r);
 	if (!ci_cache_read(ci, chunk, ca, 0, ci->entries, w))
@@ -61,6 +61,7 @@ static int chunk_from_cache(ember_session *s, uint64_t chunk, uint64_t ca, struc
 	atomic_store_explicit(&r->val_len, ci->chunk_bytes, memory_order_relaxed);
 	stat_add(&s->cur->ci_hits, 1);
 	s->rchunk = ca;
+	s->rchunk_off = 0;
 	*out = r;
 	return 0;
 }
@@ -79,7 +80,7 @@ static int chunk_fetch(ember_session *s, uint64_t chunk, uint64_t ca, int may_wa
 		return 0;
 	}
 	if (s->rchunk == ca) {
-		*out = (struct record *)(void *)(s->rbuf + (ca - em_align_down(ca, EM_IO_ALIGN)));
+		*out = (struct record *)(void *)(s->rbuf + s->rchunk_off);
 		return 0;
 	}
 	int rc = chunk_from_cache(s, chunk, ca, out);
@@ -104,6 +105,7 @@ static int chunk_fetch(ember_session *s, uint64_t chunk, uint64_t ca, int may_wa
 		return EMBER_ECORRUPT;
 	}
 	s->rchunk = ca;
+	s->rchunk_off = (size_t)((uint8_t *)r - s->rbuf); /* where the read put it */
 	*out = r;
 	return 0;
 }

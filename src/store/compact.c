@@ -285,8 +285,8 @@ static int cand_load(struct compactor *c, struct scan *sc, struct cand *cd, stru
 	ru.key = rec_key(h);
 	ru.klen = h->key_len;
 	const char *why = NULL;
-	int rc = rec_read_at(session_read_fn, &sc->src, &c->rbuf, &c->rcap, cd->addr,
-			     rec_total_size(h), &ru, &r, &why);
+	int rc = rec_read_at(session_read_fn, &sc->src, em_file_read_align(sc->src.f), &c->rbuf,
+			     &c->rcap, cd->addr, rec_total_size(h), &ru, &r, &why);
 	if (rc == 0 && (rec_header(r) != rec_header(h) || r->val_cap != h->val_cap)) {
 		why = "not the record its head described";
 		rc = EMBER_ECORRUPT;

@@ -46,6 +46,10 @@
  *     the one a read would see. A record passed on the way down (another key) is
  *     still read whole and checked, since its prev link decides where the walk
  *     goes. done gets only the head of such a record.
+ *  9. Every read here is of one record or one chunk, at the file's read
+ *     alignment (em_file_read_align: often 512 bytes), not EM_IO_ALIGN: a small
+ *     record costs 512 or 1024 bytes of disk read instead of 4 KiB. The record
+ *     sits at l->addr - io->off in the buffer, whatever the alignment was.
  */
 #include "store/store_int.h"
 #include "store/checkpoint.h"
@@ -240,11 +244,13 @@ static int issue(struct lookup_run *run, struct lookup *l, uint32_t idx)
 	ember_session *s = run->s;
 	struct io_pool *p = run->pool;
 	struct io_slot *io = &p->io[idx];
-	uint64_t off = em_align_down(l->addr, EM_IO_ALIGN);
+	struct em_file *f = phase_file(s->db, l->phase);
+	uint32_t align = em_file_read_align(f); /* note 9 */
+	uint64_t off = em_align_down(l->addr, align);
 	/* a record's first read may follow the caller's hint; a chunk's never does */
 	uint64_t first = l->hint && l->phase != LK_CHUNK ? l->hint : FIRST_READ_MIN;
 	uint64_t end = l->addr + (l->want ? l->want : first);
-	uint64_t len = em_align_up(end - off, EM_IO_ALIGN);
+	uint64_t len = em_align_up(end - off, align);
 	if (len > UINT32_MAX - EM_IO_ALIGN)
 		return EMBER_ECORRUPT;
 	uint8_t *buf;
@@ -277,7 +283,7 @@ static int issue(struct lookup_run *run, struct lookup *l, uint32_t idx)
 		stat_add(&s->cur->chunk_reads, 1);
 	else if (l->phase == LK_COLD)
 		stat_add(&s->cur->cold_rec_reads, 1);
-	return em_ring_read(&p->ring, phase_file(s->db, l->phase), buf, (uint32_t)len, off, idx);
+	return em_ring_read(&p->ring, f, buf, (uint32_t)len, off, idx);
 }
 
 /* After a memory step: read again on the same slot, or release it. */

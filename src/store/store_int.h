@@ -154,6 +154,7 @@ struct ember_session {
 	uint8_t *rbuf; /* read_record_sync: EM_IO_ALIGN-aligned */
 	size_t rbuf_cap;
 	uint64_t rchunk; /* chunk-log address of the chunk copy rbuf holds (0: none) */
+	size_t rchunk_off; /* ... at this offset of rbuf */
 	uint64_t *bhash; /* get_batch: per-key hash and address */
 	uint64_t *baddr;
 	struct lookup *blk;

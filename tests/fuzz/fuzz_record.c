@@ -179,8 +179,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct rec_rules ru = {.log = db->hot, .max_cap = max_record};
 	const char *why = NULL;
 	sess->rchunk = 0; /* rbuf is about to hold something else */
-	int rc = rec_read_at(session_read_fn, &src, &sess->rbuf, &sess->rbuf_cap, addr,
-			     FIRST_READ_MIN, &ru, &r, &why);
+	int rc = rec_read_at(session_read_fn, &src, em_file_read_align(&file), &sess->rbuf,
+			     &sess->rbuf_cap, addr, FIRST_READ_MIN, &ru, &r, &why);
 	if (rc < 0) {
 		FZ_CHECK(rc == EMBER_ECORRUPT || rc == EMBER_ENOMEM || rc == EMBER_EIO ||
 				 (rc > -4096 && rc != EMBER_EAGAIN),

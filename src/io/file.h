@@ -1,12 +1,12 @@
 /*
  * file.h - files and io_uring rings: the only way Ember touches a disk.
  *
- * An em_file is an open file, with O_DIRECT when the filesystem allows it (then
- * every offset, length and buffer address must be a multiple of EM_IO_ALIGN) and
- * a buffered fallback otherwise (the same alignment is still used, so callers
- * never care which one they got). Point reads of single records may use the
- * file's smaller read alignment instead (em_file_read_align, below); buffers stay
- * EM_IO_ALIGN aligned whatever the file. An em_ring is one io_uring instance; each user
+ * An em_file is an open file, with O_DIRECT when the filesystem allows it and a
+ * buffered fallback otherwise. Every offset, length and buffer address is a
+ * multiple of EM_IO_ALIGN whichever it got, so callers never care, except that
+ * offset and length of a point read (one record, one chunk) may be multiples of
+ * the file's read alignment instead (em_file_read_align, below: what O_DIRECT
+ * needs of this file, often 512). An em_ring is one io_uring instance; each user
  * session and each background thread owns its own ring and reaps its own
  * completions, so no ring is ever shared between threads.
  *
@@ -92,6 +92,7 @@ static inline uint32_t em_file_read_align(struct em_file *f)
 	uint32_t a = atomic_load_explicit(&f->read_align, memory_order_relaxed);
 	return a ? a : EM_IO_ALIGN;
 }
+
 /* Open the segmented file "<path>.<n>" with segments of 2^seg_bits bytes (see
  * above). EM_FILE_TRUNCATE removes its segments and a plain file at path first;
  * EM_FILE_CREATE lets writes create segments (without it, as with READONLY, a

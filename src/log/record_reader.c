@@ -112,8 +112,11 @@ int rec_read_at(rec_read_fn read, void *ctx, uint32_t align, uint8_t **buf, size
 		uint64_t a, uint64_t first, const struct rec_rules *rules, struct record **out,
 		const char **why)
 {
-	if (align < EM_READ_ALIGN_MIN || align > EM_IO_ALIGN || (align & (align - 1)))
-		return (int)bad(why, "read alignment out of range"); /* a caller's bug */
+	if (align < EM_READ_ALIGN_MIN || align > EM_IO_ALIGN || (align & (align - 1))) {
+		if (why)
+			*why = "read alignment out of range"; /* a caller's bug, not the file's */
+		return EMBER_EINVAL;
+	}
 	uint64_t want = first;
 	for (int attempt = 0; attempt < 2; attempt++) {
 		uint64_t off = em_align_down(a, align);

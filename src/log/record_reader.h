@@ -86,7 +86,8 @@ typedef int (*rec_read_fn)(void *ctx, void *buf, uint32_t len, uint64_t off);
  * multiples of align: the file's read alignment (em_file_read_align, io/file.h),
  * a power of two in [EM_READ_ALIGN_MIN, EM_IO_ALIGN]; the record is at
  * a - (a rounded down to align) in *buf. Returns 0 with *out in *buf, or
- * EMBER_ECORRUPT (*why), EMBER_ENOMEM, or the read's error.
+ * EMBER_ECORRUPT (*why), EMBER_ENOMEM, the read's error, or EMBER_EINVAL for an
+ * align out of that range.
  */
 int rec_read_at(rec_read_fn read, void *ctx, uint32_t align, uint8_t **buf, size_t *cap,
 		uint64_t a, uint64_t first, const struct rec_rules *rules, struct record **out,

@@ -200,8 +200,10 @@ typedef struct ember_options {
 	 * reopen: EMBER_EINVAL otherwise). Default 0: off. */
 	uint64_t read_cache_memory;
 	/* Memory of the cold index's chunk cache: copies of hash chunks that left the
-	 * chunk log's memory (24 + cold_chunk_bytes / 2 bytes each, at most one per
-	 * chunk: cold_index_chunks * (24 + cold_chunk_bytes / 2) holds them all), filled
+	 * chunk log's memory (24 + 3 * cold_chunk_bytes / 4 bytes each, at most one
+	 * per chunk: cold_index_chunks * (24 + 3 * cold_chunk_bytes / 4) holds them
+	 * all; 24 + cold_chunk_bytes / 2 in a store made before format version 4,
+	 * docs/format.md 6.3), filled
 	 * as chunks are evicted from the chunk log and as reads fetch them from disk,
 	 * so that a cold read costs one disk read (the record) instead of two (chunk,
 	 * record). A chunk rewritten by a write or by compaction is never served from

@@ -113,11 +113,13 @@ static int ee_open(const ycsb_engine_params *p, void **db, char *settings, size_
 					     ? p->index_buckets
 					     : pow2_ceil(p->records / 4 > 0 ? p->records / 4 : 1);
 	}
-	/* the caches: what was asked; by default, larger than memory, two thirds of
-	 * what the store leaves for the chunk cache, up to what holds every chunk, and
-	 * the rest for the read cache. At 2M x 100 B in 24 MiB that is every chunk
-	 * (9.5 MiB) and a 5 MiB read cache: no chunk reads, and the read cache still
-	 * takes the Zipfian head (bench/results/2026-11-27-cold-reads.md) */
+	/* the caches: what was asked; by default, larger than memory, what the store
+	 * leaves goes to the chunk cache first, up to what holds every chunk, and the
+	 * rest to the read cache. At 2M x 100 B in 24 MiB that is every chunk (13.5
+	 * MiB, tagged) and a 1 MiB read cache: no chunk reads, and the read cache still
+	 * takes some of the Zipfian head; two thirds for the chunks (9 MiB, 5 MiB of
+	 * read cache) left 0.25 chunk reads per cold lookup
+	 * (bench/results/2026-11-27-cold-reads.md) */
 	int split = p->bounded && !p->hot_log_only;
 	uint64_t page = opts.page_size, rc_mem = 0, cc_mem = 0;
 	if (split) {
@@ -129,9 +131,10 @@ static int ee_open(const ycsb_engine_params *p, void **db, char *settings, size_
 				(cold > 8 * page ? cold : 8 * page) + (chunk > 8 * page ? chunk : 8 * page) +
 				8 * page;
 		uint64_t left = p->mem_budget > need ? p->mem_budget - need : 0;
-		/* docs/cold_cache.md: 24 + cold_chunk_bytes / 2 bytes a chunk */
-		uint64_t all = opts.cold_index_chunks * (24 + (uint64_t)opts.cold_chunk_bytes / 2);
-		cc_mem = left - left / 3;
+		/* docs/format.md 6.3: 24 + 3 * cold_chunk_bytes / 4 bytes a chunk (the
+		 * driver makes new stores: tagged) */
+		uint64_t all = opts.cold_index_chunks * (24 + 3 * (uint64_t)opts.cold_chunk_bytes / 4);
+		cc_mem = left;
 		if (cc_mem > all)
 			cc_mem = all;
 		left -= cc_mem;

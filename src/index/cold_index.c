@@ -8,7 +8,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
-int ci_init(struct cold_index *ci, uint64_t nchunks, uint32_t chunk_bytes, struct hlog *log)
+int ci_init(struct cold_index *ci, uint64_t nchunks, uint32_t chunk_bytes, int tagged,
+	    struct hlog *log)
 {
 	memset(ci, 0, sizeof(*ci));
 	if (!nchunks || (nchunks & (nchunks - 1)) || chunk_bytes < 64 || chunk_bytes > 4096 ||
@@ -18,6 +19,7 @@ int ci_init(struct cold_index *ci, uint64_t nchunks, uint32_t chunk_bytes, struc
 	ci->chunk_mask = nchunks - 1;
 	ci->chunk_bytes = chunk_bytes;
 	ci->entries = chunk_bytes / 8;
+	ci->tagged = tagged != 0;
 	ci->table_bytes = nchunks * sizeof(uint64_t);
 	void *t = mmap(NULL, ci->table_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
 		       -1, 0);
@@ -41,7 +43,7 @@ void ci_destroy(struct cold_index *ci)
 
 int ci_cache_init(struct cold_index *ci, uint64_t bytes)
 {
-	uint64_t slot = CI_SLOT_BYTES(ci->chunk_bytes);
+	uint64_t slot = CI_SLOT_BYTES(ci->chunk_bytes, ci->tagged);
 	uint64_t n = bytes / slot;
 	if (n > ci->nchunks)
 		n = ci->nchunks; /* note 7: one slot per chunk is all a cache can use */
@@ -64,21 +66,25 @@ void ci_cache_put(struct cold_index *ci, uint64_t chunk, uint64_t chunk_addr,
 {
 	if (!ci->cache || !chunk_addr)
 		return;
-	/* note 9: the smallest and largest nonzero entry; relaxed: words is immutable */
+	/* note 9: the smallest and largest nonzero address; relaxed: words is immutable */
 	uint64_t lo = UINT64_MAX, hi = 0;
 	for (uint32_t i = 0; i < ci->entries; i++) {
 		uint64_t w = atomic_load_explicit(&words[i], memory_order_relaxed);
-		if (!w)
+		uint64_t a = ci_addr(ci, w);
+		if (ci->tagged && w && !(w >> CI_TAG_SHIFT))
+			return; /* an address without a tag (note 10): not cached */
+		if (!a)
 			continue;
-		if (w & 7)
+		if (a & 7)
 			return; /* not a record address: not cached */
-		lo = w < lo ? w : lo;
-		hi = w > hi ? w : hi;
+		lo = a < lo ? a : lo;
+		hi = a > hi ? a : hi;
 	}
 	if (hi && hi - lo >= (UINT64_C(1) << 35) - 8)
 		return; /* too wide for 4-byte words */
 	uint64_t base = hi ? lo >> 3 : 0;
 	struct ci_cache_slot *sl = ci_cache_slot_of(ci, chunk);
+	_Atomic uint16_t *tags = ci_cache_tags(ci, sl);
 	/* relaxed: the CAS below decides */
 	uint64_t s1 = atomic_load_explicit(&sl->seq, memory_order_relaxed);
 	if (s1 & 1)
@@ -93,11 +99,48 @@ void ci_cache_put(struct cold_index *ci, uint64_t chunk, uint64_t chunk_addr,
 	for (uint32_t i = 0; i < ci->entries; i++) {
 		/* relaxed load: words is immutable */
 		uint64_t w = atomic_load_explicit(&words[i], memory_order_relaxed);
-		atomic_store_explicit(&sl->words[i], w ? (uint32_t)((w >> 3) - base + 1) : 0,
+		uint64_t a = ci_addr(ci, w);
+		atomic_store_explicit(&sl->words[i], a ? (uint32_t)((a >> 3) - base + 1) : 0,
 				      memory_order_release);
+		if (ci->tagged)
+			atomic_store_explicit(&tags[i], (uint16_t)(w >> CI_TAG_SHIFT),
+					      memory_order_release);
 	}
 	/* release: the new words are visible before the even sequence */
 	atomic_store_explicit(&sl->seq, s1 + 2, memory_order_release);
+}
+
+int ci_cache_pick(const struct cold_index *ci, uint64_t hash, uint64_t chunk_addr,
+		  uint64_t *entry)
+{
+	if (!ci->cache || !chunk_addr)
+		return 0;
+	struct ci_cache_slot *sl = ci_cache_slot_of(ci, ci_chunk_of(ci, hash));
+	/* acquire, and the loads below: as in ci_cache_read */
+	uint64_t s1 = atomic_load_explicit(&sl->seq, memory_order_acquire);
+	if (s1 & 1)
+		return 0;
+	if (atomic_load_explicit(&sl->addr, memory_order_acquire) != chunk_addr)
+		return 0;
+	uint64_t base = atomic_load_explicit(&sl->base, memory_order_acquire);
+	_Atomic uint16_t *tags = ci_cache_tags(ci, sl);
+	uint64_t tag = ci_tag_of(hash);
+	uint32_t at = UINT32_MAX, empty_at = UINT32_MAX;
+	for (uint32_t i = 0; i < ci->entries && at == UINT32_MAX; i++) {
+		uint64_t t = atomic_load_explicit(&tags[i], memory_order_acquire);
+		if (t == tag)
+			at = i;
+		else if (!t && empty_at == UINT32_MAX)
+			empty_at = i;
+	}
+	/* ci_pick's rule (note 10); an untagged word is never cached, so an empty
+	 * entry's word is 0 */
+	if (at == UINT32_MAX)
+		at = empty_at != UINT32_MAX ? empty_at : ci_slot_of(ci, hash);
+	uint32_t w = atomic_load_explicit(&sl->words[at], memory_order_acquire);
+	*entry = w ? (base + w - 1) << 3 : 0;
+	/* relaxed: ordered after the acquire loads above */
+	return atomic_load_explicit(&sl->seq, memory_order_relaxed) == s1;
 }
 
 uint64_t ci_chunks_used(struct cold_index *ci)

@@ -222,6 +222,7 @@ static void geometry_of(struct ember_db *db, struct store_geometry *g)
 	g->cold_index_chunks = db->cidx.nchunks;
 	g->cold_chunk_bytes = db->cidx.chunk_bytes;
 	g->log_segment_bytes = db->opts.log_segment_bytes;
+	g->cold_tags = db->cidx.tagged;
 }
 
 /* Write meta through meta.tmp and a rename, then make both directories durable. */

@@ -22,6 +22,10 @@ struct store_geometry {
 	uint64_t cold_index_chunks;
 	uint64_t cold_chunk_bytes;
 	uint64_t log_segment_bytes; /* 0: each log one file */
+	/* the cold index's entries carry tags (cold_index.h note 10): 1 in a store of
+	 * format version 4, 0 in versions 2 and 3. The superblock's alone: checkpoints
+	 * do not record it (ck_geometry_equal does not compare it) */
+	uint64_t cold_tags;
 };
 
 /* A checkpoint's metadata (the "meta" file; layout in docs/format.md). */

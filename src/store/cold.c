@@ -148,8 +148,8 @@ int cold_chunk_fuzzy(ember_session *s, uint64_t hash)
 #define CAS_AGAIN 2      /* nothing changed: try again */
 #define CAS_WAIT_LOG 3   /* the chunk log has no room: wait for it, then again */
 
-/* One attempt at the chunk CAS (see cold_index.h, notes 2-3). may_wait as in
- * chunk_fetch. Returns 0, 1 (mismatch, *actual set), CAS_AGAIN, CAS_WAIT_LOG, or
+/* One attempt at the chunk CAS (see cold_index.h, notes 2-3 and 10). may_wait as
+ * in chunk_fetch. Returns 0, 1 (mismatch, *actual set), CAS_AGAIN, CAS_WAIT_LOG, or
  * an error. */
 static int chunk_cas_once(ember_session *s, uint64_t hash, uint64_t expected, uint64_t desired,
 			  uint64_t *actual, int may_wait)
@@ -158,19 +158,27 @@ static int chunk_cas_once(ember_session *s, uint64_t hash, uint64_t expected, ui
 	struct cold_index *ci = &db->cidx;
 	struct hlog *log = db->chunks;
 	uint64_t chunk = ci_chunk_of(ci, hash);
-	uint32_t slot = ci_slot_of(ci, hash);
 	uint64_t ca = ci_table_load(ci, chunk);
 	struct record *src = NULL;
+	uint64_t cur = 0;
+	/* an unwritten chunk has every entry empty: ci_pick would pick this one */
+	uint32_t slot = ci->tagged ? 0 : ci_slot_of(ci, hash);
 	if (ca) {
 		if (ca >= hlog_load(&log->read_only)) {
-			uint64_t cur = expected;
+			_Atomic uint64_t *w = ci_words(hlog_rec(log, ca));
+			slot = ci_pick(ci, w, hash, &cur);
+			if (ci_addr(ci, cur) != expected) {
+				*actual = ci_addr(ci, cur);
+				return 1;
+			}
 			/* acq_rel: the cold record is visible before the entry names it */
-			if (atomic_compare_exchange_strong_explicit(&ci_words(hlog_rec(log, ca))[slot],
-								    &cur, desired, memory_order_acq_rel,
-								    memory_order_acquire))
+			if (atomic_compare_exchange_strong_explicit(
+				    &w[slot], &cur, ci_word_with(ci, cur, hash, desired),
+				    memory_order_acq_rel, memory_order_acquire))
 				return 0;
-			*actual = cur;
-			return 1;
+			/* the word changed since the pick: the next attempt picks again
+			 * and decides (another key may have taken an empty entry) */
+			return CAS_AGAIN;
 		}
 		if (ca >= hlog_load(&log->safe_read_only)) {
 			if (may_wait)
@@ -182,10 +190,10 @@ static int chunk_cas_once(ember_session *s, uint64_t hash, uint64_t expected, ui
 			return CAS_AGAIN;
 		if (rc < 0)
 			return rc;
+		slot = ci_pick(ci, ci_words(src), hash, &cur);
 	}
-	uint64_t cur = src ? ci_entry(ci, src, hash) : 0;
-	if (cur != expected) {
-		*actual = cur;
+	if (ci_addr(ci, cur) != expected) {
+		*actual = ci_addr(ci, cur);
 		return 1;
 	}
 	uint64_t size = rec_size(8, ci->chunk_bytes);
@@ -196,10 +204,11 @@ static int chunk_cas_once(ember_session *s, uint64_t hash, uint64_t expected, ui
 	rec_init(nr, 0, 0, &chunk, 8, NULL, 0, ci->chunk_bytes);
 	atomic_store_explicit(&nr->val_len, ci->chunk_bytes, memory_order_relaxed); /* unpublished */
 	_Atomic uint64_t *dst = ci_words(nr);
+	uint64_t nw = ci_word_with(ci, cur, hash, desired);
 	for (uint32_t i = 0; i < ci->entries; i++) {
 		/* relaxed: src is immutable (read-only region or a private copy) */
 		uint64_t w = src ? atomic_load_explicit(&ci_words(src)[i], memory_order_relaxed) : 0;
-		atomic_store_explicit(&dst[i], i == slot ? desired : w, memory_order_relaxed);
+		atomic_store_explicit(&dst[i], i == slot ? nw : w, memory_order_relaxed);
 	}
 	uint64_t expect_ca = ca;
 	/* release: the new chunk copy is visible before the table names it */

@@ -49,6 +49,9 @@
 #define SUPER_MAGIC "EMBERDB\0"
 #define FORMAT_VERSION 2u     /* each log one file */
 #define FORMAT_VERSION_SEG 3u /* logs in segment files (log_segment_bytes at 72) */
+/* tagged cold-index entries; logs in one file each or in segment files
+ * (log_segment_bytes at 72: 0 or the segment size). Every new store. */
+#define FORMAT_VERSION_TAGS 4u
 /* The smallest log segment: every request the store makes (a record: value, key and
  * header, under 17 MiB; a flush write: 4 MiB) spans at most two segments, as
  * em_ring_read/write require. */
@@ -196,7 +199,9 @@ static int layout_resolve(const ember_options *o, const struct store_geometry *g
 	 * 32nd of log_memory without one) that yields to the logs when the budget is
 	 * tight; never more than holds every chunk (cold_index.h, note 7) */
 	int cache_default = !o->cold_cache_memory;
-	uint64_t cache_all = o->cold_index_chunks * CI_SLOT_BYTES(o->cold_chunk_bytes);
+	/* a new store's index is tagged (format version 4); a recovered one as made */
+	int tagged = geo ? geo->cold_tags != 0 : 1;
+	uint64_t cache_all = o->cold_index_chunks * CI_SLOT_BYTES(o->cold_chunk_bytes, tagged);
 	lay->cache_mem = o->cold_cache_memory == EMBER_COLD_CACHE_OFF ? 0
 			 : !cache_default			     ? o->cold_cache_memory
 			 : o->memory_budget			     ? o->memory_budget / 4
@@ -285,7 +290,8 @@ static int super_read(struct em_ring *ring, const char *path, struct store_geome
 		rc = EMBER_ENOTEMBER;
 	else if (sum != super_checksum(sb))
 		rc = EMBER_ECORRUPT;
-	else if (version != FORMAT_VERSION && version != FORMAT_VERSION_SEG)
+	else if (version != FORMAT_VERSION && version != FORMAT_VERSION_SEG &&
+		 version != FORMAT_VERSION_TAGS)
 		rc = EMBER_EVERSION;
 	else
 		rc = 0;
@@ -301,8 +307,12 @@ static int super_read(struct em_ring *ring, const char *path, struct store_geome
 		memcpy(&geo->cold_chunk_bytes, sb + 64, 8);
 		memcpy(&geo->log_segment_bytes, sb + 72, 8);
 		uint64_t seg = geo->log_segment_bytes;
-		/* version 2: reserved zero; version 3: a segment size (docs/format.md 7.2) */
-		int seg_ok = version == FORMAT_VERSION ? seg == 0 : log_segment_ok(seg);
+		/* version 2: reserved zero; version 3: a segment size; version 4: either
+		 * (docs/format.md 7.2) */
+		int seg_ok = version == FORMAT_VERSION	   ? seg == 0
+			     : version == FORMAT_VERSION_SEG ? log_segment_ok(seg)
+							     : seg == 0 || log_segment_ok(seg);
+		geo->cold_tags = version == FORMAT_VERSION_TAGS;
 		/* checksummed, but check what the rest of open relies on */
 		if (page < (64u << 10) || page > (64u << 20) || (page & (page - 1)) ||
 		    geo->hot_mem < 8 * (uint64_t)page || geo->hot_mem % page ||
@@ -348,7 +358,9 @@ static int super_write(struct em_ring *ring, const char *dir, const char *path,
 		goto undo_alloc;
 	memset(sb, 0, SUPER_SIZE);
 	memcpy(sb, SUPER_MAGIC, 8);
-	uint32_t version = g->log_segment_bytes ? FORMAT_VERSION_SEG : FORMAT_VERSION;
+	uint32_t version = g->cold_tags			? FORMAT_VERSION_TAGS
+			   : g->log_segment_bytes ? FORMAT_VERSION_SEG
+						  : FORMAT_VERSION;
 	uint32_t page = (uint32_t)g->page_size;
 	uint64_t now = (uint64_t)time(NULL);
 	memcpy(sb + 8, &version, 4);
@@ -691,7 +703,8 @@ int ember_open(const char *dir, const ember_options *opts, ember_db **out)
 	rc = open_logs(db, &lay, found ? &m : NULL);
 	if (rc < 0)
 		goto undo_index;
-	rc = ci_init(&db->cidx, db->opts.cold_index_chunks, db->opts.cold_chunk_bytes, db->chunks);
+	rc = ci_init(&db->cidx, db->opts.cold_index_chunks, db->opts.cold_chunk_bytes,
+		     recover ? geo.cold_tags != 0 : 1, db->chunks);
 	if (rc < 0)
 		goto undo_logs;
 	rc = ci_cache_init(&db->cidx, lay.cache_mem);
@@ -723,7 +736,7 @@ int ember_open(const char *dir, const ember_options *opts, ember_db **out)
 		struct store_geometry g = {db->opts.page_size, db->hot->mem_size, db->cold->mem_size,
 					   db->chunks->mem_size, db->index.nbuckets,
 					   db->cidx.nchunks, db->cidx.chunk_bytes,
-					   db->opts.log_segment_bytes};
+					   db->opts.log_segment_bytes, db->cidx.tagged};
 		rc = super_step(db, 1, &g, NULL);
 		if (rc < 0)
 			goto undo_compactor;

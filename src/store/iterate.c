@@ -200,8 +200,11 @@ static void resolve_mem(struct iter *it, struct cand *c)
 				c->pend = P_DISK; /* the chunk is on disk: a lookup reads it */
 				return;
 			}
-			memcpy(&a, it->snap + id * ci->chunk_bytes + 8 * (uint64_t)ci_slot_of(ci, c->hash),
-			       sizeof(a));
+			/* the snapshot's words are the copy's: private, 8-byte aligned */
+			uint64_t w;
+			(void)ci_pick(ci, (const _Atomic uint64_t *)(const void *)(it->snap + id * ci->chunk_bytes),
+				      c->hash, &w);
+			a = ci_addr(ci, w);
 		} else {
 			a = ci_entry(ci, hlog_rec(db->chunks, ca), c->hash);
 		}

@@ -2,7 +2,7 @@
  * test_segments.c - a store whose logs are segment files (log_segment_bytes):
  *
  *   - 48 MiB of values through an 8 MiB hot log: hot.log.000000 and 000001 exist
- *     and no hot.log; the superblock says format version 3 and the segment size;
+ *     and no hot.log; the superblock says format version 4 and the segment size;
  *   - checkpoint, close, reopen asking for another segment size (the store keeps
  *     its own), every key read back, more written, reopened again and read;
  *   - the newest hot segment moved away: the reopen fails (-ENOENT), with a line
@@ -131,7 +131,7 @@ int main(int argc, char **argv)
 	uint32_t version;
 	uint64_t seg;
 	superblock(dir, &version, &seg);
-	CHECK(version == 3 && seg == SEG, "superblock: version %u, segment %llu", version,
+	CHECK(version == 4 && seg == SEG, "superblock: version %u, segment %llu", version,
 	      (unsigned long long)seg);
 
 	/* reopen asking for another size: the store's own stays */
@@ -178,7 +178,7 @@ int main(int argc, char **argv)
 		      !exists(dir, "hot.log.000003") && !exists(dir, "cold.log.000000"),
 	      "one file again");
 	superblock(dir, &version, &seg);
-	CHECK(version == 2 && seg == 0, "superblock: version %u, segment %llu", version,
+	CHECK(version == 4 && seg == 0, "superblock: version %u, segment %llu", version,
 	      (unsigned long long)seg);
 	options(&o, SEG, 1);
 	CHECK_OK(ember_open(dir, &o, &db));

@@ -224,10 +224,12 @@ int main(int argc, char **argv)
 		o.cold_index_chunks = 16;
 	if (rc_on)
 		o.read_cache_memory = 512 << 10;
+	/* a chunk-cache slot of a new (tagged) store: docs/format.md 6.3 */
+	uint64_t slot = 24 + 3 * (uint64_t)o.cold_chunk_bytes / 4;
 	if (ccall)
-		o.cold_cache_memory = o.cold_index_chunks * (24 + o.cold_chunk_bytes / 2);
+		o.cold_cache_memory = o.cold_index_chunks * slot;
 	if (ccsmall)
-		o.cold_cache_memory = 61 * (24 + o.cold_chunk_bytes / 2);
+		o.cold_cache_memory = 61 * slot;
 	if (slices) {
 		o.cold_index_chunks = 1024;
 		o.cold_chunk_bytes = 4096;

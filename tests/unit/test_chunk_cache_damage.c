@@ -86,7 +86,7 @@ int main(int argc, char **argv)
 	CHECK(st.cold_cache_bytes == 0 && db->cidx.cache == NULL, "EMBER_COLD_CACHE_OFF: no cache");
 	CHECK_OK(ember_close(db));
 
-	uint64_t all = (uint64_t)CHUNKS * CI_SLOT_BYTES(CHUNK_BYTES);
+	uint64_t all = (uint64_t)CHUNKS * CI_SLOT_BYTES(CHUNK_BYTES, 1);
 	options(&o, all);
 	o.flags = EMBER_OPEN_TRUNCATE;
 	CHECK_OK(ember_open(dir, &o, &db));
@@ -137,7 +137,13 @@ int main(int argc, char **argv)
 	snprintf(path, sizeof(path), "%s/cold.idx", dir);
 	int fd = open(path, O_RDWR);
 	CHECK(fd >= 0, "open %s", path);
-	uint64_t off = ca + 40 + 8 * ci_slot_of(ci, hash) + 3;
+	_Atomic uint64_t words[CHUNK_BYTES / 8]; /* the copy on disk: which entry is the key's */
+	CHECK(pread(fd, (void *)words, sizeof(words), (off_t)(ca + 40)) == (ssize_t)sizeof(words),
+	      "pread chunk");
+	uint64_t w;
+	uint32_t at = ci_pick(ci, words, hash, &w);
+	CHECK(ci_addr(ci, w) != 0, "the key's entry names its chain");
+	uint64_t off = ca + 40 + 8 * (uint64_t)at + 3;
 	uint8_t b;
 	CHECK(pread(fd, &b, 1, (off_t)off) == 1, "pread");
 	b ^= 0x08;

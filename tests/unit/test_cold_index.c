@@ -63,7 +63,10 @@ static _Atomic long cache_hits;
  * address, another's words, or words of two fills) shows. */
 static uint64_t cache_word_of(uint64_t addr, uint32_t i)
 {
-	return EM_LOG_START + 8 * (((addr * 0x9E3779B97F4A7C15u) ^ ((uint64_t)i << 40)) & 0xFFFFFFF);
+	uint64_t w = EM_LOG_START + 8 * (((addr * 0x9E3779B97F4A7C15u) ^ ((uint64_t)i << 40)) & 0xFFFFFFF);
+	if (cache_ci.tagged) /* a tag too, never 0 (cold_index.h note 10) */
+		w |= (((addr * 31 + i) & 0xFFFF) | 1) << CI_TAG_SHIFT;
+	return w;
 }
 
 static void cache_fill(struct cold_index *ci, uint64_t chunk, uint64_t addr)
@@ -101,8 +104,8 @@ static void *cache_hammer(void *arg)
 static void cache_test(void)
 {
 	struct cold_index *ci = &cache_ci;
-	CHECK_OK(ci_init(ci, 64, 256, NULL));
-	uint64_t slot = CI_SLOT_BYTES(256), e = 0;
+	CHECK_OK(ci_init(ci, 64, 256, 0, NULL));
+	uint64_t slot = CI_SLOT_BYTES(256, 0), e = 0;
 	CHECK(ci_cache_get(ci, 1, EM_LOG_START, &e) == 0, "no cache: a miss");
 	cache_fill(ci, 0, EM_LOG_START); /* no cache: nothing to do */
 	CHECK_OK(ci_cache_init(ci, slot - 1)); /* under one slot: stays off */
@@ -128,7 +131,7 @@ static void cache_test(void)
 
 	/* compact words (note 9): zeros, the widest span cached, too wide or unaligned
 	 * not cached */
-	CHECK_OK(ci_init(ci, 64, 256, NULL));
+	CHECK_OK(ci_init(ci, 64, 256, 0, NULL));
 	CHECK_OK(ci_cache_init(ci, slot * 64));
 	_Atomic uint64_t w[32];
 	uint64_t got[32];
@@ -154,22 +157,96 @@ static void cache_test(void)
 	ci_destroy(ci);
 
 	/* at most one slot per chunk: a larger cache is cut to nchunks slots */
-	CHECK_OK(ci_init(ci, 64, 256, NULL));
+	CHECK_OK(ci_init(ci, 64, 256, 0, NULL));
 	CHECK_OK(ci_cache_init(ci, slot * 1000));
 	CHECK(ci->cache_slots == 64 && ci->cache_bytes == 64 * slot, "slots %llu",
 	      (unsigned long long)ci->cache_slots);
 	ci_destroy(ci);
 
-	/* the stress: 4 threads, 64 chunks of 4 copies each folded onto 13 slots */
-	CHECK_OK(ci_init(ci, 64, 256, NULL));
-	CHECK_OK(ci_cache_init(ci, slot * 13));
-	pthread_t th[THREADS];
-	for (int i = 0; i < THREADS; i++)
-		pthread_create(&th[i], NULL, cache_hammer, (void *)(uintptr_t)i);
-	for (int i = 0; i < THREADS; i++)
-		pthread_join(th[i], NULL);
-	printf("chunk cache stress: %ld hits, none torn\n", (long)atomic_load(&cache_hits));
-	CHECK(atomic_load(&cache_hits) > 0, "the stress found cached chunks");
+	/* the stress: 4 threads, 64 chunks of 4 copies each folded onto 13 slots; untagged
+	 * and tagged slots */
+	for (int tagged = 0; tagged < 2; tagged++) {
+		CHECK_OK(ci_init(ci, 64, 256, tagged, NULL));
+		CHECK_OK(ci_cache_init(ci, CI_SLOT_BYTES(256, tagged) * 13));
+		atomic_store(&cache_hits, 0);
+		pthread_t th[THREADS];
+		for (int i = 0; i < THREADS; i++)
+			pthread_create(&th[i], NULL, cache_hammer, (void *)(uintptr_t)i);
+		for (int i = 0; i < THREADS; i++)
+			pthread_join(th[i], NULL);
+		printf("chunk cache stress (%s): %ld hits, none torn\n", tagged ? "tagged" : "untagged",
+		       (long)atomic_load(&cache_hits));
+		CHECK(atomic_load(&cache_hits) > 0, "the stress found cached chunks");
+		ci_destroy(ci);
+	}
+}
+
+/* A hash of chunk 2 whose home entry is home and whose tag is not tag_not, from
+ * salt on (ci_tag_of mixes every bit: search). */
+static uint64_t hash_with(struct cold_index *ci, uint64_t tag_not, uint32_t home, uint64_t salt)
+{
+	for (uint64_t x = salt;; x++) {
+		uint64_t h = (UINT64_C(2) << 20) | ((uint64_t)home << 8) | (x << 30);
+		if (ci_chunk_of(ci, h) == 2 && ci_slot_of(ci, h) == home && ci_tag_of(h) != tag_not)
+			return h;
+	}
+}
+
+/* Tagged entries (cold_index.h note 10): ci_pick's rule on plain words, the same
+ * rule through the chunk cache, and what the cache refuses. */
+static void tagged_test(void)
+{
+	struct cold_index *ci = &cache_ci;
+	CHECK_OK(ci_init(ci, 64, 256, 1, NULL));
+	CHECK_OK(ci_cache_init(ci, CI_SLOT_BYTES(256, 1) * 64));
+	CHECK(ci->cache_slots == 64, "a tagged slot is 24 + 3/4 of the chunk");
+	uint64_t h = hash_with(ci, 0, 9, 1), t = ci_tag_of(h), other = hash_with(ci, t, 9, 777);
+	CHECK(t != 0 && t < (UINT64_C(1) << 16) && ci_tag_of(other) != t, "tags");
+	_Atomic uint64_t w[32];
+	for (uint32_t i = 0; i < 32; i++)
+		atomic_init(&w[i], 0);
+	uint64_t word = 1;
+	CHECK(ci_pick(ci, w, h, &word) == 0 && word == 0, "an empty chunk: the first entry");
+	CHECK(ci_word_with(ci, 0, h, 4096) == (t << CI_TAG_SHIFT | 4096),
+	      "an empty entry takes the key's tag");
+	atomic_store(&w[0], ci_tag_of(other) << CI_TAG_SHIFT | 4096);
+	atomic_store(&w[1], ci_tag_of(other) << CI_TAG_SHIFT | 0); /* a tag, no chain yet */
+	CHECK(ci_pick(ci, w, h, &word) == 2 && word == 0, "not an entry of another tag");
+	CHECK(ci_pick(ci, w, other, &word) == 0 && ci_addr(ci, word) == 4096,
+	      "the first entry of a tag");
+	CHECK(ci_word_with(ci, word, h, 8192) == (ci_tag_of(other) << CI_TAG_SHIFT | 8192),
+	      "an update keeps the entry's tag");
+	atomic_store(&w[7], t << CI_TAG_SHIFT | 8192);
+	CHECK(ci_pick(ci, w, h, &word) == 7 && ci_addr(ci, word) == 8192,
+	      "the tag's entry, empty ones before it notwithstanding");
+	ci_cache_put(ci, 2, 65536, w);
+	uint64_t e = 0;
+	CHECK(ci_cache_get(ci, h, 65536, &e) == 1 && e == 8192, "cached: the tag's entry (%llu)",
+	      (unsigned long long)e);
+	CHECK(ci_cache_get(ci, hash_with(ci, t, 3, 99), 65536, &e) == 1 && e == 0,
+	      "cached: a third tag picks the first empty entry");
+	uint64_t got[32];
+	CHECK(ci_cache_read(ci, 2, 65536, 0, 32, got) == 1, "read whole");
+	for (uint32_t i = 0; i < 32; i++)
+		CHECK(got[i] == atomic_load(&w[i]), "word %u: %llx, was %llx", i,
+		      (unsigned long long)got[i], (unsigned long long)atomic_load(&w[i]));
+	/* full, the key's tag absent: the home entry (9) */
+	for (uint32_t i = 0; i < 32; i++)
+		if (i != 7)
+			atomic_store(&w[i], (UINT64_C(50) + i) << CI_TAG_SHIFT | (16384 + 8 * i));
+	atomic_store(&w[7], (UINT64_C(90)) << CI_TAG_SHIFT | 8192);
+	uint64_t h2 = 0;
+	for (uint64_t salt = 4242; !h2 || (ci_tag_of(h2) >= 50 && ci_tag_of(h2) <= 90); salt++)
+		h2 = hash_with(ci, 0, 9, salt); /* a tag none of the 32 entries has */
+	CHECK(ci_pick(ci, w, h2, &word) == 9 && ci_addr(ci, word) == 16384 + 72,
+	      "a full chunk without the tag: the home entry");
+	ci_cache_put(ci, 2, 131072, w);
+	CHECK(ci_cache_get(ci, h2, 131072, &e) == 1 && e == 16384 + 72, "cached: the home entry");
+	/* an address without a tag is damage: picked like an empty entry, never cached */
+	atomic_store(&w[3], 4096);
+	CHECK(ci_pick(ci, w, h2, &word) == 3 && word == 4096, "a tagless word is picked as it is");
+	ci_cache_put(ci, 2, 196608, w);
+	CHECK(ci_cache_read(ci, 2, 196608, 0, 0, NULL) == 0, "a tagless word is not cached");
 	ci_destroy(ci);
 }
 
@@ -177,6 +254,7 @@ int main(int argc, char **argv)
 {
 	tu_init("test_cold_index", argc, argv);
 	cache_test();
+	tagged_test();
 	char dir[512];
 	CHECK(tu_tmpdir_make("cidx", dir, sizeof(dir)) == 0, "tmpdir");
 	ember_options o;

@@ -116,7 +116,7 @@ static int ee_open(const ycsb_engine_params *p, void **db, char *settings, size_
 	/* the caches: what was asked; by default, larger than memory, what the store
 	 * leaves goes to the chunk cache first, up to what holds every chunk, and the
 	 * rest to the read cache. At 2M x 100 B in 24 MiB that is every chunk (13.5
-	 * MiB, tagged) and a 1 MiB read cache: no chunk reads, and the read cache still
+	 * MiB, tagged) and a 3 MiB read cache: no chunk reads, and the read cache still
 	 * takes some of the Zipfian head; two thirds for the chunks (9 MiB, 5 MiB of
 	 * read cache) left 0.25 chunk reads per cold lookup
 	 * (bench/results/2026-11-27-cold-reads.md) */
@@ -126,7 +126,13 @@ static int ee_open(const ycsb_engine_params *p, void **db, char *settings, size_
 		/* what the store needs besides the caches (docs/compaction.md 4.5): the
 		 * index, the cold table, the cold and chunk rings and 8 hot pages; a
 		 * default cache only takes what is left */
-		uint64_t cold = p->mem_budget / 8 / page * page, chunk = p->mem_budget / 16 / page * page;
+		/* the cold ring: 16 pages, not Ember's default eighth of the budget. It
+		 * only holds what compaction appended last, which reads seldom ask for
+		 * (0.7% of YCSB C's reads at 3 MiB in 24 MiB); the read cache makes more
+		 * of that memory (C 0.014 -> 0.022 M ops/s one at a time,
+		 * bench/results/2026-11-27-cold-reads.md) */
+		uint64_t cold = 16 * page, chunk = p->mem_budget / 16 / page * page;
+		opts.cold_log_memory = cold;
 		uint64_t need = pow2_ceil(opts.index_buckets) * 64 + opts.cold_index_chunks * 8 +
 				(cold > 8 * page ? cold : 8 * page) + (chunk > 8 * page ? chunk : 8 * page) +
 				8 * page;

@@ -126,16 +126,16 @@ static int ee_open(const ycsb_engine_params *p, void **db, char *settings, size_
 		/* what the store needs besides the caches (docs/compaction.md 4.5): the
 		 * index, the cold table, the cold and chunk rings and 8 hot pages; a
 		 * default cache only takes what is left */
-		/* the cold ring: 16 pages, not Ember's default eighth of the budget. It
-		 * only holds what compaction appended last, which reads seldom ask for
-		 * (0.7% of YCSB C's reads at 3 MiB in 24 MiB); the read cache makes more
-		 * of that memory (C 0.014 -> 0.022 M ops/s one at a time,
-		 * bench/results/2026-11-27-cold-reads.md) */
-		uint64_t cold = 16 * page, chunk = p->mem_budget / 16 / page * page;
+		/* the cold ring: Ember's default (an eighth of the budget, at least 8
+		 * pages), but at most 16 pages. It only holds what compaction appended
+		 * last, which reads seldom ask for (0.7% of YCSB C's reads at 3 MiB in 24
+		 * MiB); the read cache makes more of that memory (C 0.014 -> 0.022 M
+		 * ops/s one at a time, bench/results/2026-11-27-cold-reads.md) */
+		uint64_t cold = p->mem_budget / 8 / page * page, chunk = p->mem_budget / 16 / page * page;
+		cold = cold > 16 * page ? 16 * page : cold < 8 * page ? 8 * page : cold;
 		opts.cold_log_memory = cold;
-		uint64_t need = pow2_ceil(opts.index_buckets) * 64 + opts.cold_index_chunks * 8 +
-				(cold > 8 * page ? cold : 8 * page) + (chunk > 8 * page ? chunk : 8 * page) +
-				8 * page;
+		uint64_t need = pow2_ceil(opts.index_buckets) * 64 + opts.cold_index_chunks * 8 + cold +
+				(chunk > 8 * page ? chunk : 8 * page) + 8 * page;
 		uint64_t left = p->mem_budget > need ? p->mem_budget - need : 0;
 		/* docs/format.md 6.3: 24 + 3 * cold_chunk_bytes / 4 bytes a chunk (the
 		 * driver makes new stores: tagged) */

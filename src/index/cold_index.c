@@ -113,20 +113,15 @@ void ci_cache_put(struct cold_index *ci, uint64_t chunk, uint64_t chunk_addr,
 int ci_cache_pick(const struct cold_index *ci, uint64_t hash, uint64_t chunk_addr,
 		  uint64_t *entry)
 {
-	if (!ci->cache || !chunk_addr)
+	uint64_t s1, base;
+	struct ci_cache_slot *sl = ci_cache_enter(ci, ci_chunk_of(ci, hash), chunk_addr, &s1, &base);
+	if (!sl)
 		return 0;
-	struct ci_cache_slot *sl = ci_cache_slot_of(ci, ci_chunk_of(ci, hash));
-	/* acquire, and the loads below: as in ci_cache_read */
-	uint64_t s1 = atomic_load_explicit(&sl->seq, memory_order_acquire);
-	if (s1 & 1)
-		return 0;
-	if (atomic_load_explicit(&sl->addr, memory_order_acquire) != chunk_addr)
-		return 0;
-	uint64_t base = atomic_load_explicit(&sl->base, memory_order_acquire);
 	_Atomic uint16_t *tags = ci_cache_tags(ci, sl);
 	uint64_t tag = ci_tag_of(hash);
 	uint32_t at = UINT32_MAX, empty_at = UINT32_MAX;
 	for (uint32_t i = 0; i < ci->entries && at == UINT32_MAX; i++) {
+		/* acquire: as every load between enter and stayed */
 		uint64_t t = atomic_load_explicit(&tags[i], memory_order_acquire);
 		if (t == tag)
 			at = i;
@@ -137,10 +132,10 @@ int ci_cache_pick(const struct cold_index *ci, uint64_t hash, uint64_t chunk_add
 	 * entry's word is 0 */
 	if (at == UINT32_MAX)
 		at = empty_at != UINT32_MAX ? empty_at : ci_slot_of(ci, hash);
+	/* acquire: as above */
 	uint32_t w = atomic_load_explicit(&sl->words[at], memory_order_acquire);
 	*entry = w ? (base + w - 1) << 3 : 0;
-	/* relaxed: ordered after the acquire loads above */
-	return atomic_load_explicit(&sl->seq, memory_order_relaxed) == s1;
+	return ci_cache_stayed(sl, s1);
 }
 
 uint64_t ci_chunks_used(struct cold_index *ci)

@@ -253,25 +253,48 @@ static inline _Atomic uint16_t *ci_cache_tags(const struct cold_index *ci,
 	return (_Atomic uint16_t *)(void *)&sl->words[ci->entries];
 }
 
+/* The read side of a slot's seqlock (note 8), opened: the slot of chunk if it holds
+ * the copy at chunk_addr and no writer is in it, with its sequence in *s1 and its
+ * base in *base; else NULL. Every word or tag then read from it is loaded with
+ * acquire, and the read counts only if ci_cache_stayed(sl, *s1). */
+static inline struct ci_cache_slot *ci_cache_enter(const struct cold_index *ci, uint64_t chunk,
+						   uint64_t chunk_addr, uint64_t *s1,
+						   uint64_t *base)
+{
+	if (!ci->cache || !chunk_addr)
+		return NULL;
+	struct ci_cache_slot *sl = ci_cache_slot_of(ci, chunk);
+	/* acquire: the words read after are at least as new as this sequence */
+	*s1 = atomic_load_explicit(&sl->seq, memory_order_acquire);
+	if (*s1 & 1)
+		return NULL;
+	/* acquire (all, and the caller's word loads): a word from a newer fill brings
+	 * that fill's odd sequence with it, and keeps ci_cache_stayed's load from
+	 * moving above these (no fences, so ThreadSanitizer models every step) */
+	if (atomic_load_explicit(&sl->addr, memory_order_acquire) != chunk_addr)
+		return NULL;
+	*base = atomic_load_explicit(&sl->base, memory_order_acquire);
+	return sl;
+}
+
+/* The seqlock's read side, closed: 1 if no writer entered the slot since
+ * ci_cache_enter returned it (the words read meanwhile are one fill's). */
+static inline int ci_cache_stayed(struct ci_cache_slot *sl, uint64_t s1)
+{
+	/* relaxed: ordered after the caller's acquire loads */
+	return atomic_load_explicit(&sl->seq, memory_order_relaxed) == s1;
+}
+
 /* Read entry words i .. i + n - 1 of the copy of chunk at chunk_addr into out (as
  * the copy holds them: tag and address) if the cache holds that copy: 1, else 0.
  * Never waits (note 8). */
 static inline int ci_cache_read(const struct cold_index *ci, uint64_t chunk, uint64_t chunk_addr,
 				uint32_t i, uint32_t n, uint64_t *out)
 {
-	if (!ci->cache || !chunk_addr)
+	uint64_t s1, base;
+	struct ci_cache_slot *sl = ci_cache_enter(ci, chunk, chunk_addr, &s1, &base);
+	if (!sl)
 		return 0;
-	struct ci_cache_slot *sl = ci_cache_slot_of(ci, chunk);
-	/* acquire: the words read below are at least as new as this sequence */
-	uint64_t s1 = atomic_load_explicit(&sl->seq, memory_order_acquire);
-	if (s1 & 1)
-		return 0;
-	/* acquire (all): a word from a newer fill brings that fill's odd sequence with
-	 * it, and keeps the sequence load below from moving above these (no fences,
-	 * so ThreadSanitizer models every step) */
-	if (atomic_load_explicit(&sl->addr, memory_order_acquire) != chunk_addr)
-		return 0;
-	uint64_t base = atomic_load_explicit(&sl->base, memory_order_acquire);
 	_Atomic uint16_t *tags = ci_cache_tags(ci, sl);
 	for (uint32_t k = 0; k < n; k++) {
 		uint32_t w = atomic_load_explicit(&sl->words[i + k], memory_order_acquire);
@@ -281,8 +304,7 @@ static inline int ci_cache_read(const struct cold_index *ci, uint64_t chunk, uin
 			out[k] |= (uint64_t)atomic_load_explicit(&tags[i + k], memory_order_acquire)
 				  << CI_TAG_SHIFT;
 	}
-	/* relaxed: ordered after the acquire loads above */
-	return atomic_load_explicit(&sl->seq, memory_order_relaxed) == s1;
+	return ci_cache_stayed(sl, s1);
 }
 
 /* A tagged index's ci_cache_get: ci_pick over the cached tags. */

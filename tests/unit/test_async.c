@@ -269,16 +269,22 @@ static void get_done(ember_op *op)
 	g->delivered++;
 }
 
-static void basic_mode(void)
+/* A new store and a session, keys 0 .. n - 1 written. */
+static void open_filled(uint64_t n, ember_db **db, ember_session **s)
 {
 	ember_options o;
 	small_options(&o, EMBER_OPEN_TRUNCATE);
+	CHECK_OK(ember_open(dir, &o, db));
+	CHECK_OK(ember_session_open(*db, s));
+	fill(*s, n);
+}
+
+static void basic_mode(void)
+{
 	ember_db *db;
 	ember_session *s;
-	CHECK_OK(ember_open(dir, &o, &db));
-	CHECK_OK(ember_session_open(db, &s));
 	uint64_t n = 4000; /* ~3 MiB: the first two thirds leave the 1 MiB log's memory */
-	fill(s, n);
+	open_filled(n, &db, &s);
 	uint8_t want[VAL + 16];
 	/* every key, 200 at a time in flight */
 	const uint64_t K = 200;
@@ -464,13 +470,9 @@ static void order_key(ember_session *s, uint64_t k, uint64_t *pending)
 
 static void order_mode(void)
 {
-	ember_options o;
-	small_options(&o, EMBER_OPEN_TRUNCATE);
 	ember_db *db;
 	ember_session *s;
-	CHECK_OK(ember_open(dir, &o, &db));
-	CHECK_OK(ember_session_open(db, &s));
-	fill(s, 4000);
+	open_filled(4000, &db, &s);
 	uint64_t pending = 0;
 	/* hot log on disk: keys 0..199 */
 	for (uint64_t k = 0; k < 200; k++)
@@ -513,6 +515,7 @@ static void order_mode(void)
 	CHECK_OK(ember_session_close(s));
 	CHECK_OK(ember_close(db));
 	/* what the operations left survives a reopen */
+	ember_options o;
 	small_options(&o, 0);
 	CHECK_OK(ember_open(dir, &o, &db));
 	CHECK_OK(ember_session_open(db, &s));

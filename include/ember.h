@@ -223,7 +223,23 @@ typedef struct ember_options {
 	 * NULL: such lines go to stderr. */
 	void (*log_fn)(void *log_arg, const char *line);
 	void *log_arg;
+
+	/* ---- appended after 0.1.0 (docs/abi.md, section 4) ---- */
+
+	/* Which disk reads the read cache copies (read_cache_memory set):
+	 * EMBER_READ_CACHE_ADMIT_FIRST (0): every one (0.1.0 had no other way);
+	 * EMBER_READ_CACHE_ADMIT_SECOND: once the cache is full, a record's second
+	 * disk read within a recent window, so that keys read once (the long tail of
+	 * a skewed workload) do not push out keys read often. It remembers a 4-byte fingerprint of the keys read
+	 * lately, one per 256 bytes of read_cache_memory rounded down to a power of two
+	 * (at most a 64th of it, kept beside it: counted in memory_budget and in
+	 * ember_stats.read_cache_bytes). Other values: EMBER_EINVAL. */
+	uint32_t read_cache_admit;
 } ember_options;
+
+/* ember_options.read_cache_admit */
+#define EMBER_READ_CACHE_ADMIT_FIRST 0
+#define EMBER_READ_CACHE_ADMIT_SECOND 1
 
 /* ember_options.cold_cache_memory: no chunk cache. */
 #define EMBER_COLD_CACHE_OFF UINT64_MAX
@@ -232,7 +248,8 @@ typedef struct ember_options {
  * Fill *opts with the defaults and set opts->struct_size. opts must not be NULL.
  * The macro passes the size of the caller's struct, so that a newer library
  * writes no more than an older caller declared; the function of the same name
- * (for dlsym) fills this release's struct.
+ * (for dlsym) fills the first release's struct (0.1.0's, which ends at log_arg:
+ * docs/abi.md), leaving fields appended since alone.
  */
 void ember_options_default_sized(ember_options *opts, size_t size);
 void(ember_options_default)(ember_options *opts);
@@ -291,8 +308,8 @@ typedef struct ember_stats {
  * Fill *out. Safe to call while other threads work (figures may lag slightly).
  * The macro passes the size of the caller's struct: the library writes that many
  * bytes, no more, and zeroes what it does not know of a larger one; size 0 is
- * EMBER_EINVAL. The function of the same name (for dlsym) fills this release's
- * struct.
+ * EMBER_EINVAL. The function of the same name (for dlsym) fills the first
+ * release's struct (0.1.0's, which ends at cold_index_bytes_per_key: docs/abi.md).
  */
 int ember_stats_get_sized(ember_db *db, ember_stats *out, size_t size);
 int(ember_stats_get)(ember_db *db, ember_stats *out);

@@ -28,6 +28,7 @@ typedef struct ycsb_engine_params {
 	const char *dir;         /* IN: an empty directory the engine may fill */
 	uint64_t mem_budget;     /* IN: bytes of memory for the engine's data; 0 = its default */
 	uint64_t read_cache;     /* IN: Ember's read cache bytes (0: default, UINT64_MAX: off) */
+	int rc_admit_first;      /* IN: Ember's read cache copies every disk read (else the second) */
 	uint64_t cold_cache;     /* IN: Ember's cold chunk cache bytes (0: default, UINT64_MAX: off) */
 	uint64_t cold_chunks;    /* IN: Ember's cold_index_chunks (0: the driver's choice) */
 	uint64_t segment_bytes;  /* IN: Ember's log_segment_bytes (0: one file per log) */

@@ -122,6 +122,7 @@ static int ee_open(const ycsb_engine_params *p, void **db, char *settings, size_
 	 * (bench/results/2026-11-27-cold-reads.md) */
 	int split = p->bounded && !p->hot_log_only;
 	uint64_t page = opts.page_size, rc_mem = 0, cc_mem = 0;
+	uint32_t rc_admit = p->rc_admit_first ? EMBER_READ_CACHE_ADMIT_FIRST : EMBER_READ_CACHE_ADMIT_SECOND;
 	if (split) {
 		/* what the store needs besides the caches (docs/compaction.md 4.5): the
 		 * index, the cold table, the cold and chunk rings and 8 hot pages; a
@@ -144,11 +145,16 @@ static int ee_open(const ycsb_engine_params *p, void **db, char *settings, size_
 		if (cc_mem > all)
 			cc_mem = all;
 		left -= cc_mem;
+		/* the read cache, and beside it its admission filter: at most a 64th of
+		 * it (ember.h, read_cache_admit) */
 		rc_mem = left / page * page;
+		while (rc_mem && rc_admit && rc_mem + rc_mem / 64 > left)
+			rc_mem -= page;
 		if (rc_mem < 8 * page)
 			rc_mem = 0; /* too small for the cache's 8 pages: off */
 	}
 	opts.read_cache_memory = p->read_cache == UINT64_MAX ? 0 : p->read_cache ? p->read_cache : rc_mem;
+	opts.read_cache_admit = rc_admit;
 	/* UINT64_MAX is EMBER_COLD_CACHE_OFF; 0 leaves Ember's own default */
 	opts.cold_cache_memory = p->cold_cache ? p->cold_cache : cc_mem;
 	opts.log_segment_bytes = p->segment_bytes;

@@ -241,6 +241,7 @@ static int bench_engine(session_state *st, const ycsb_engine *e, const char *bas
 	p.mem_budget = cfg->log_memory;
 	p.index_buckets = cfg->index_buckets;
 	p.read_cache = cfg->read_cache;
+	p.rc_admit_first = cfg->rc_admit_first;
 	p.cold_cache = cfg->cold_cache;
 	p.cold_chunks = cfg->cold_chunks;
 	p.segment_bytes = cfg->segment_bytes;

@@ -79,6 +79,10 @@ static void usage(FILE *f)
 "                        than memory it is part of the budget). Default:\n"
 "                        larger than memory, what the chunk cache leaves of\n"
 "                        what the store leaves; else off\n"
+"  --ember-read-cache-admit first|second  which disk reads Ember's read\n"
+"                        cache copies (read_cache_admit): every one, or a\n"
+"                        record's second read within a recent window\n"
+"                        (default second)\n"
 "  --ember-segment-bytes BYTES  Ember's log_segment_bytes: each log as files of\n"
 "                        this size (32M .. 1T, a power of two; default 0: one\n"
 "                        file per log)\n"
@@ -282,7 +286,7 @@ static uint64_t record_estimate(const ycsb_config *cfg)
 enum {
 	OPT_WORKLOAD = 256, OPT_RECORDS, OPT_OPS, OPT_SECONDS, OPT_THREADS, OPT_VALUE_SIZE,
 	OPT_KEY_SIZE, OPT_DIST, OPT_THETA, OPT_BATCH, OPT_DIR, OPT_LOG_MEMORY,
-	OPT_INDEX_BUCKETS, OPT_COLD_CHUNKS, OPT_READ_CACHE, OPT_COLD_CACHE, OPT_REPEAT, OPT_JSON, OPT_ENGINE, OPT_QUICK, OPT_PREGEN,
+	OPT_INDEX_BUCKETS, OPT_COLD_CHUNKS, OPT_READ_CACHE, OPT_RC_ADMIT, OPT_COLD_CACHE, OPT_REPEAT, OPT_JSON, OPT_ENGINE, OPT_QUICK, OPT_PREGEN,
 	OPT_LOAD_THREADS, OPT_SEED, OPT_VERIFY, OPT_BATCH_OVER, OPT_DISK_PROBE, OPT_PROBE_SECONDS,
 	OPT_PROBE_SIZE, OPT_LIST_ENGINES, OPT_EMBER_MEMORY, OPT_SEGMENT, OPT_INFLIGHT, OPT_HELP,
 };
@@ -303,6 +307,7 @@ static const struct option long_opts[] = {
 	{ "index-buckets", required_argument, NULL, OPT_INDEX_BUCKETS },
 	{ "ember-cold-chunks", required_argument, NULL, OPT_COLD_CHUNKS },
 	{ "ember-read-cache", required_argument, NULL, OPT_READ_CACHE },
+	{ "ember-read-cache-admit", required_argument, NULL, OPT_RC_ADMIT },
 	{ "ember-cold-cache", required_argument, NULL, OPT_COLD_CACHE },
 	{ "ember-segment-bytes", required_argument, NULL, OPT_SEGMENT },
 	{ "repeat", required_argument, NULL, OPT_REPEAT },
@@ -429,6 +434,11 @@ static int parse_one(int c, const char *arg, ycsb_config *cfg, given *g, int *wa
 		return 0;
 	case OPT_READ_CACHE:
 		return parse_cache_bytes(arg, &cfg->read_cache) < 0 ? bad("ember-read-cache", arg) : 0;
+	case OPT_RC_ADMIT:
+		if (strcmp(arg, "first") && strcmp(arg, "second"))
+			return bad("ember-read-cache-admit", arg);
+		cfg->rc_admit_first = !strcmp(arg, "first");
+		return 0;
 	case OPT_COLD_CACHE:
 		return parse_cache_bytes(arg, &cfg->cold_cache) < 0 ? bad("ember-cold-cache", arg) : 0;
 	case OPT_SEGMENT:

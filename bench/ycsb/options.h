@@ -36,6 +36,7 @@ typedef struct ycsb_config {
 	uint64_t log_memory;   /* 0: Ember's default */
 	uint64_t index_buckets;
 	uint64_t read_cache; /* Ember's read_cache_memory (0: the driver's default; UINT64_MAX: off) */
+	int rc_admit_first;  /* Ember's read_cache_admit: EMBER_READ_CACHE_ADMIT_FIRST, not SECOND */
 	uint64_t cold_cache; /* Ember's cold_cache_memory (0: default; UINT64_MAX: off) */
 	uint64_t cold_chunks; /* Ember's cold_index_chunks (0: the driver's choice) */
 	uint64_t segment_bytes; /* Ember's log_segment_bytes (0: one file per log) */

@@ -125,7 +125,8 @@ class Store:
     log_memory, mutable_fraction, index_buckets, page_size, io_queue_depth,
     log_segment_bytes, memory_budget, hot_disk_budget, cold_disk_budget,
     cold_log_memory, cold_index_chunks, cold_chunk_bytes, read_cache_memory,
-    cold_cache_memory (``_ember.COLD_CACHE_OFF``: none), checkpoint_interval_ms.
+    cold_cache_memory (``_ember.COLD_CACHE_OFF``: none), checkpoint_interval_ms,
+    read_cache_admit (``_ember.READ_CACHE_ADMIT_FIRST`` or ``READ_CACHE_ADMIT_SECOND``).
     The flags: ``create`` (False: the directory must hold a store already),
     ``truncate`` (EMBER_OPEN_TRUNCATE), ``read_only`` (EMBER_OPEN_READONLY),
     ``prewrite_log`` (EMBER_OPEN_PREWRITE_LOG), ``close_checkpoint`` (False:

@@ -236,9 +236,46 @@ def test_bad_options(store_dir):
     with pytest.raises(ember.InvalidArgument):
         ember.Store(store_dir, io_queue_depth=100000)
     with pytest.raises(ember.InvalidArgument):
+        ember.Store(store_dir, page_size=64 << 10, read_cache_memory=512 << 10,
+                    read_cache_admit=2)
+    with pytest.raises(ember.InvalidArgument):
         ember.Store("")
     with ember.Store(store_dir, **SMALL) as s:  # nothing was left behind
         s.put(b"k", b"v")
+
+
+@pytest.mark.parametrize("admit,rule", [(_ember.READ_CACHE_ADMIT_FIRST, "dcc"),
+                                        (_ember.READ_CACHE_ADMIT_SECOND, "ddc")])
+def test_read_cache_admit(store_dir, admit, rule):
+    """A reopened store reads from disk; once other keys' reads have filled the read
+    cache, it copies a record on its first or its second disk read, as
+    read_cache_admit says (before, on the first either way)."""
+    opts = dict(log_memory=1 << 20, page_size=64 << 10, index_buckets=1 << 10,
+                read_cache_memory=512 << 10, read_cache_admit=admit)
+    keys, tested = 6000, 1000
+
+    def value(k):
+        return b"v%d" % k * 16
+
+    with ember.Store(store_dir, truncate=True, **opts) as s:
+        for k in range(keys):
+            s.put(b"key%d" % k, value(k))
+    with ember.Store(store_dir, **opts) as s:
+        assert s.stats().read_cache_bytes == (512 << 10) + (8192 if admit else 0)
+
+        def pattern(k, n):
+            got = ""
+            for _ in range(n):
+                before = s.stats().read_cache_hits
+                assert s[b"key%d" % k] == value(k)
+                got += "c" if s.stats().read_cache_hits > before else "d"
+            return got
+
+        assert pattern(0, 3) == "dcc"  # room in the cache: copied at once
+        for k in range(tested, keys):  # read once each: the cache fills
+            assert s[b"key%d" % k] == value(k)
+        for k in range(13, tested, 13):
+            assert pattern(k, len(rule)) == rule, k
 
 
 def test_bad_keys_values(store):

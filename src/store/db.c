@@ -151,6 +151,8 @@ static int options_resolve(const ember_options *in, ember_options *out)
 		return EMBER_EINVAL;
 	if (out->read_cache_memory && out->read_cache_memory / out->page_size < 8)
 		return EMBER_EINVAL;
+	if (out->read_cache_admit > EMBER_READ_CACHE_ADMIT_SECOND)
+		return EMBER_EINVAL;
 	if (out->log_segment_bytes && !log_segment_ok(out->log_segment_bytes))
 		return EMBER_EINVAL;
 	if (out->flags & ~(uint32_t)(EMBER_OPEN_TRUNCATE | EMBER_OPEN_READONLY | EMBER_OPEN_PREWRITE_LOG |
@@ -210,7 +212,8 @@ static int layout_resolve(const ember_options *o, const struct store_geometry *g
 		lay->cache_mem = cache_all;
 	if (o->memory_budget) {
 		uint64_t others = index_bytes + table_bytes + lay->cold_mem + lay->chunk_mem +
-				  o->read_cache_memory;
+				  o->read_cache_memory +
+				  rc_filter_bytes(o->read_cache_memory, o->read_cache_admit);
 		if (cache_default && o->memory_budget < others + lay->cache_mem + min_log)
 			lay->cache_mem = o->memory_budget > others + min_log
 						 ? o->memory_budget - others - min_log

@@ -74,7 +74,9 @@ static void stats_fill(ember_db *db, ember_stats *out)
 	out->cold.reads_memory = reads[TIER_COLD_MEM];
 	out->cold.reads_disk = reads[TIER_COLD_DISK];
 	out->read_cache_hits = reads[TIER_RC];
-	out->read_cache_bytes = db->rc ? db->rc->mem_size : 0;
+	out->read_cache_bytes = db->rc ? db->rc->mem_size + rc_filter_bytes(db->opts.read_cache_memory,
+									   db->opts.read_cache_admit)
+				       : 0;
 	out->hot.compactions = ld(&c->st.passes[COMPACT_HOT]);
 	out->cold.compactions = ld(&c->st.passes[COMPACT_COLD]);
 	out->hot.compaction_bytes_written = ld(&c->st.bytes_written[COMPACT_HOT]);

@@ -221,6 +221,8 @@ struct ember_db {
 	struct hlog *chunks;
 	struct hlog *rc; /* the read cache (memory only), NULL when off */
 	uint64_t rc_cursor; /* rc_evict: records below are done (its worker only) */
+	_Atomic uint32_t *rc_seen; /* admission fingerprints (read_cache.c, note 5), or NULL */
+	uint64_t rc_seen_mask;     /* slots - 1 */
 	uint64_t chunk_cursor; /* chunk_evict: likewise for the chunk log (UINT64_MAX: off) */
 	struct cold_index cidx;
 	uint64_t max_record;      /* largest record the hot log accepts */
@@ -388,6 +390,9 @@ static inline struct record *front_find(struct ember_db *db, uint64_t e, const v
 	return trace_mem(db->hot, hot_chain(db, e), key, klen, at);
 }
 
+/* Bytes of the admission filter that a read cache of mem bytes with admit keeps
+ * beside its log (note 5 of read_cache.c; 0 for EMBER_READ_CACHE_ADMIT_FIRST). */
+uint64_t rc_filter_bytes(uint64_t mem, uint32_t admit);
 int rc_open(struct ember_db *db, uint64_t mem);
 void rc_close(struct ember_db *db);
 /* Copy a cold hit into the read cache, linked only if the hot entry is still

@@ -222,8 +222,13 @@ int main(int argc, char **argv)
 	o.flags = EMBER_OPEN_TRUNCATE;
 	if (collide)
 		o.cold_index_chunks = 16;
-	if (rc_on)
+	if (rc_on) {
 		o.read_cache_memory = 512 << 10;
+		/* either admission rule, as the seed picks (the seed replays it) */
+		o.read_cache_admit = (uint32_t)(tu_seed() >> 3) & 1;
+		printf("read cache admits a record on its %s disk read\n",
+		       o.read_cache_admit ? "second" : "first");
+	}
 	/* a chunk-cache slot of a new (tagged) store: docs/format.md 6.3 */
 	uint64_t slot = 24 + 3 * (uint64_t)o.cold_chunk_bytes / 4;
 	if (ccall)

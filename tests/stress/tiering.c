@@ -42,6 +42,7 @@
 #include "test_util.h"
 
 static int with_read_cache;
+static uint32_t rc_admit; /* read_cache_admit: either rule, as the seed picks */
 static int with_segments; /* logs as segment files of the smallest size, 32 MiB */
 static uint64_t seg_files_max; /* bounded: the most segment files one log had */
 
@@ -59,6 +60,7 @@ static void tiny_options(ember_options *o)
 	o->flags = EMBER_OPEN_TRUNCATE;
 	if (with_read_cache)
 		o->read_cache_memory = 512 << 10; /* 8 pages: evicts constantly */
+	o->read_cache_admit = rc_admit;
 	if (with_segments)
 		o->log_segment_bytes = 32 << 20;
 }
@@ -702,6 +704,9 @@ int main(int argc, char **argv)
 		with_read_cache |= !strcmp(argv[i], "rc");
 		with_segments |= !strcmp(argv[i], "seg");
 	}
+	rc_admit = (uint32_t)(tu_seed() >> 3) & 1; /* the seed replays it */
+	if (with_read_cache)
+		printf("read cache admits a record on its %s disk read\n", rc_admit ? "second" : "first");
 	if (!strcmp(mode, "diff"))
 		diff_run();
 	else if (!strcmp(mode, "concurrent"))
@@ -718,7 +723,8 @@ int main(int argc, char **argv)
 		recycle_run();
 	else
 		CHECK(0, "unknown mode %s", mode);
-	printf("tiering %s%s%s: OK\n", mode, with_read_cache ? " (read cache)" : "",
+	printf("tiering %s%s%s: OK\n", mode,
+	       !with_read_cache ? "" : rc_admit ? " (read cache, second read)" : " (read cache)",
 	       with_segments ? " (segment files)" : "");
 	return 0;
 }

@@ -94,10 +94,18 @@ static void test_old_options(const char *dir)
 	memset(&viafn, 0, sizeof(viafn));
 	CHECK_OK((ember_stats_get)(db, &viafn));
 	CHECK(viafn.user_writes == 1 && viafn.hot.records == 1, "ember_stats_get symbol");
+	/* the function fills the first release's struct (it ends at log_arg), no more */
 	ember_options d1, d2;
+	size_t base = offsetof(ember_options, log_arg) + sizeof(void *);
+	memset(&d1, 0xa5, sizeof(d1));
 	(ember_options_default)(&d1);
 	ember_options_default(&d2);
-	CHECK(memcmp(&d1, &d2, sizeof(d1)) == 0, "the function and the macro disagree");
+	CHECK(d1.struct_size == base, "function: struct_size %zu, want %zu", d1.struct_size, base);
+	CHECK(memcmp((uint8_t *)&d1 + sizeof(size_t), (uint8_t *)&d2 + sizeof(size_t),
+		     base - sizeof(size_t)) == 0,
+	      "the function and the macro disagree");
+	for (size_t i = base; i < sizeof(d1); i++)
+		CHECK(((uint8_t *)&d1)[i] == 0xa5, "the function wrote byte %zu, past the first release's struct", i);
 	CHECK(d2.struct_size == sizeof(ember_options), "struct_size %zu", d2.struct_size);
 
 	CHECK_OK(ember_session_close(s));
@@ -110,7 +118,7 @@ static void test_old_options(const char *dir)
 
 static void test_zeroed_and_newer(const char *dir)
 {
-	/* zeroed: struct_size 0 is this release's struct */
+	/* zeroed: struct_size 0 is the first release's struct */
 	ember_options z;
 	memset(&z, 0, sizeof(z));
 	z.log_memory = 4u << 20;

@@ -508,6 +508,8 @@ static int add_constants(PyObject *m)
 		{"OPEN_TRUNCATE", EMBER_OPEN_TRUNCATE}, {"OPEN_READONLY", EMBER_OPEN_READONLY},
 		{"OPEN_PREWRITE_LOG", EMBER_OPEN_PREWRITE_LOG},
 		{"OPEN_NO_CLOSE_CHECKPOINT", EMBER_OPEN_NO_CLOSE_CHECKPOINT},
+		{"READ_CACHE_ADMIT_FIRST", EMBER_READ_CACHE_ADMIT_FIRST},
+		{"READ_CACHE_ADMIT_SECOND", EMBER_READ_CACHE_ADMIT_SECOND},
 	};
 	for (size_t i = 0; i < sizeof c / sizeof c[0]; i++)
 		if (PyModule_AddObject(m, c[i].name, PyLong_FromLongLong(c[i].value)) < 0)

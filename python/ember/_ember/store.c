@@ -57,7 +57,7 @@ static const struct opt_field {
 	F(log_segment_bytes, 'Q'), F(memory_budget, 'Q'),    F(hot_disk_budget, 'Q'),
 	F(cold_disk_budget, 'Q'),  F(cold_log_memory, 'Q'),  F(cold_index_chunks, 'Q'),
 	F(cold_chunk_bytes, 'I'),  F(read_cache_memory, 'Q'), F(cold_cache_memory, 'Q'),
-	F(checkpoint_interval_ms, 'I'),
+	F(checkpoint_interval_ms, 'I'), F(read_cache_admit, 'I'),
 #undef F
 };
 
@@ -145,6 +145,7 @@ static int db_init(PyObject *self, PyObject *args, PyObject *kwargs)
 	if (!PyArg_ParseTuple(args, "O&:Db", PyUnicode_FSConverter, &path_obj))
 		return -1;
 	memset(&o, 0, sizeof o);
+	o.struct_size = sizeof o; /* zero means the first release's struct (docs/abi.md) */
 	while (kwargs && PyDict_Next(kwargs, &pos, &key, &value)) {
 		const struct opt_field *f = NULL;
 		for (size_t i = 0; i < sizeof opt_fields / sizeof opt_fields[0]; i++)

@@ -77,6 +77,44 @@ typedef struct ember_engine_thread {
 	void *fn_arg;
 } ember_engine_thread;
 
+/* Larger than memory, the default sizes of the caches (and cold_log_memory; o
+ * has the rest of the options). What the store needs besides the caches comes
+ * first (docs/compaction.md 4.5: the index, the cold table, the cold and chunk
+ * rings and 8 hot pages); what it leaves goes to the chunk cache, up to what holds
+ * every chunk, and the rest to the read cache. At 2M x 100 B in 24 MiB that is
+ * every chunk (13.5 MiB, tagged) and a 3 MiB read cache: no chunk reads, and the
+ * read cache still takes some of the Zipfian head; two thirds for the chunks (9
+ * MiB, 5 MiB of read cache) left 0.25 chunk reads per cold lookup
+ * (bench/results/2026-11-27-cold-reads.md). */
+static void split_budget(const ycsb_engine_params *p, ember_options *o, uint64_t *rc_mem,
+			 uint64_t *cc_mem)
+{
+	uint64_t page = o->page_size;
+	/* the cold ring: Ember's default (an eighth of the budget, at least 8
+	 * pages), but at most 16 pages. It only holds what compaction appended
+	 * last, which reads seldom ask for (0.7% of YCSB C's reads at 3 MiB in 24
+	 * MiB); the read cache makes more of that memory (C 0.014 -> 0.022 M
+	 * ops/s one at a time, bench/results/2026-11-27-cold-reads.md) */
+	uint64_t cold = p->mem_budget / 8 / page * page, chunk = p->mem_budget / 16 / page * page;
+	cold = cold > 16 * page ? 16 * page : cold < 8 * page ? 8 * page : cold;
+	o->cold_log_memory = cold;
+	uint64_t need = pow2_ceil(o->index_buckets) * 64 + o->cold_index_chunks * 8 + cold +
+			(chunk > 8 * page ? chunk : 8 * page) + 8 * page;
+	uint64_t left = p->mem_budget > need ? p->mem_budget - need : 0;
+	/* docs/format.md 6.3: 24 + 3 * cold_chunk_bytes / 4 bytes a chunk (the
+	 * driver makes new stores: tagged) */
+	uint64_t all = o->cold_index_chunks * (24 + 3 * (uint64_t)o->cold_chunk_bytes / 4);
+	*cc_mem = left < all ? left : all;
+	left -= *cc_mem;
+	/* the read cache, and beside it its admission filter: at most a 64th of
+	 * it (ember.h, read_cache_admit) */
+	*rc_mem = left / page * page;
+	while (*rc_mem && o->read_cache_admit && *rc_mem + *rc_mem / 64 > left)
+		*rc_mem -= page;
+	if (*rc_mem < 8 * page)
+		*rc_mem = 0; /* too small for the cache's 8 pages: off */
+}
+
 static int ee_open(const ycsb_engine_params *p, void **db, char *settings, size_t cap)
 {
 	ember_options opts;
@@ -113,48 +151,13 @@ static int ee_open(const ycsb_engine_params *p, void **db, char *settings, size_
 					     ? p->index_buckets
 					     : pow2_ceil(p->records / 4 > 0 ? p->records / 4 : 1);
 	}
-	/* the caches: what was asked; by default, larger than memory, what the store
-	 * leaves goes to the chunk cache first, up to what holds every chunk, and the
-	 * rest to the read cache. At 2M x 100 B in 24 MiB that is every chunk (13.5
-	 * MiB, tagged) and a 3 MiB read cache: no chunk reads, and the read cache still
-	 * takes some of the Zipfian head; two thirds for the chunks (9 MiB, 5 MiB of
-	 * read cache) left 0.25 chunk reads per cold lookup
-	 * (bench/results/2026-11-27-cold-reads.md) */
-	int split = p->bounded && !p->hot_log_only;
-	uint64_t page = opts.page_size, rc_mem = 0, cc_mem = 0;
-	uint32_t rc_admit = p->rc_admit_first ? EMBER_READ_CACHE_ADMIT_FIRST : EMBER_READ_CACHE_ADMIT_SECOND;
-	if (split) {
-		/* what the store needs besides the caches (docs/compaction.md 4.5): the
-		 * index, the cold table, the cold and chunk rings and 8 hot pages; a
-		 * default cache only takes what is left */
-		/* the cold ring: Ember's default (an eighth of the budget, at least 8
-		 * pages), but at most 16 pages. It only holds what compaction appended
-		 * last, which reads seldom ask for (0.7% of YCSB C's reads at 3 MiB in 24
-		 * MiB); the read cache makes more of that memory (C 0.014 -> 0.022 M
-		 * ops/s one at a time, bench/results/2026-11-27-cold-reads.md) */
-		uint64_t cold = p->mem_budget / 8 / page * page, chunk = p->mem_budget / 16 / page * page;
-		cold = cold > 16 * page ? 16 * page : cold < 8 * page ? 8 * page : cold;
-		opts.cold_log_memory = cold;
-		uint64_t need = pow2_ceil(opts.index_buckets) * 64 + opts.cold_index_chunks * 8 + cold +
-				(chunk > 8 * page ? chunk : 8 * page) + 8 * page;
-		uint64_t left = p->mem_budget > need ? p->mem_budget - need : 0;
-		/* docs/format.md 6.3: 24 + 3 * cold_chunk_bytes / 4 bytes a chunk (the
-		 * driver makes new stores: tagged) */
-		uint64_t all = opts.cold_index_chunks * (24 + 3 * (uint64_t)opts.cold_chunk_bytes / 4);
-		cc_mem = left;
-		if (cc_mem > all)
-			cc_mem = all;
-		left -= cc_mem;
-		/* the read cache, and beside it its admission filter: at most a 64th of
-		 * it (ember.h, read_cache_admit) */
-		rc_mem = left / page * page;
-		while (rc_mem && rc_admit && rc_mem + rc_mem / 64 > left)
-			rc_mem -= page;
-		if (rc_mem < 8 * page)
-			rc_mem = 0; /* too small for the cache's 8 pages: off */
-	}
+	/* the caches: what was asked, else split_budget's */
+	uint64_t rc_mem = 0, cc_mem = 0;
+	opts.read_cache_admit = p->rc_admit_first ? EMBER_READ_CACHE_ADMIT_FIRST
+						  : EMBER_READ_CACHE_ADMIT_SECOND;
+	if (p->bounded && !p->hot_log_only)
+		split_budget(p, &opts, &rc_mem, &cc_mem);
 	opts.read_cache_memory = p->read_cache == UINT64_MAX ? 0 : p->read_cache ? p->read_cache : rc_mem;
-	opts.read_cache_admit = rc_admit;
 	/* UINT64_MAX is EMBER_COLD_CACHE_OFF; 0 leaves Ember's own default */
 	opts.cold_cache_memory = p->cold_cache ? p->cold_cache : cc_mem;
 	opts.log_segment_bytes = p->segment_bytes;
@@ -164,20 +167,24 @@ static int ee_open(const ycsb_engine_params *p, void **db, char *settings, size_
 		free(ed);
 		return rc;
 	}
+	char rc_text[96] = "no read cache";
+	if (opts.read_cache_memory)
+		snprintf(rc_text, sizeof(rc_text), "read cache %" PRIu64 " KiB copying on the %s disk read",
+			 opts.read_cache_memory >> 10,
+			 opts.read_cache_admit == EMBER_READ_CACHE_ADMIT_SECOND ? "second" : "first");
 	if (p->bounded && !p->hot_log_only)
 		snprintf(settings, cap,
 			 "ember %s: larger than memory: memory_budget=%" PRIu64 " MiB for the "
 			 "whole store (hot log, hash index of %" PRIu64 " buckets = %" PRIu64
 			 " MiB, cold index table of %" PRIu64 " chunks, chunk and cold log "
-			 "memory, read cache %" PRIu64 " MiB, cold chunk cache %" PRIu64 " MiB); "
+			 "memory, %s, cold chunk cache %" PRIu64 " MiB); "
 			 "hot and cold logs with compaction, disk budgets hot %s, "
 			 "cold %s (at least twice the log's memory); page_size=%" PRIu32 " KiB "
 			 "io_queue_depth=%" PRIu32 "; rmw=ember_rmw (atomic); "
 			 "batch reads=ember_get_batch",
 			 ember_version(), opts.memory_budget >> 20, opts.index_buckets,
 			 opts.index_buckets * 64 >> 20, opts.cold_index_chunks,
-			 opts.read_cache_memory >> 20,
-			 opts.cold_cache_memory == UINT64_MAX ? 0 : opts.cold_cache_memory >> 20,
+			 rc_text, opts.cold_cache_memory == UINT64_MAX ? 0 : opts.cold_cache_memory >> 20,
 			 ycsb_fmt_bytes(opts.hot_disk_budget, hot, sizeof(hot)),
 			 ycsb_fmt_bytes(opts.cold_disk_budget, cold, sizeof(cold)),
 			 opts.page_size >> 10, opts.io_queue_depth);

@@ -357,6 +357,64 @@ static int parse_cache_bytes(const char *arg, uint64_t *out)
 	return 0;
 }
 
+/* The options of Ember's settings and of the disk probe: what parse_one returns,
+ * or -1 for an option that is not one of them. */
+static int parse_engine_opt(int c, const char *arg, ycsb_config *cfg)
+{
+	uint64_t v;
+	double d;
+
+	switch (c) {
+	case OPT_INDEX_BUCKETS:
+		if (parse_u64(arg, &v, DECIMAL_SUFFIX) < 0)
+			return bad("index-buckets", arg);
+		cfg->index_buckets = v;
+		return 0;
+	case OPT_COLD_CHUNKS:
+		if (parse_u64(arg, &v, DECIMAL_SUFFIX) < 0 || !v || (v & (v - 1)))
+			return bad("ember-cold-chunks", arg);
+		cfg->cold_chunks = v;
+		return 0;
+	case OPT_READ_CACHE:
+		return parse_cache_bytes(arg, &cfg->read_cache) < 0 ? bad("ember-read-cache", arg) : 0;
+	case OPT_RC_ADMIT:
+		if (strcmp(arg, "first") && strcmp(arg, "second"))
+			return bad("ember-read-cache-admit", arg);
+		cfg->rc_admit_first = !strcmp(arg, "first");
+		return 0;
+	case OPT_COLD_CACHE:
+		return parse_cache_bytes(arg, &cfg->cold_cache) < 0 ? bad("ember-cold-cache", arg) : 0;
+	case OPT_SEGMENT:
+		/* the store checks the range; 0 keeps one file per log */
+		if (parse_u64(arg, &v, BINARY_SUFFIX) < 0)
+			return bad("ember-segment-bytes", arg);
+		cfg->segment_bytes = v;
+		return 0;
+	case OPT_EMBER_MEMORY:
+		if (strcmp(arg, "whole") == 0)
+			cfg->ember_hot_log_only = 0;
+		else if (strcmp(arg, "hot-log") == 0)
+			cfg->ember_hot_log_only = 1;
+		else
+			return bad("ember-memory", arg);
+		return 0;
+	case OPT_DISK_PROBE:
+		cfg->disk_probe = 1;
+		return 0;
+	case OPT_PROBE_SECONDS:
+		if (parse_double(arg, &d) < 0 || !(d > 0 && d <= 600))
+			return bad("probe-seconds", arg);
+		cfg->probe_seconds = d;
+		return 0;
+	case OPT_PROBE_SIZE:
+		if (parse_u64(arg, &v, BINARY_SUFFIX) < 0 || v < (1u << 20))
+			return bad("probe-size", arg);
+		cfg->probe_size = v;
+		return 0;
+	}
+	return -1;
+}
+
 static int parse_one(int c, const char *arg, ycsb_config *cfg, given *g, int *want_e)
 {
 	uint64_t v;
@@ -422,31 +480,6 @@ static int parse_one(int c, const char *arg, ycsb_config *cfg, given *g, int *wa
 			return bad("log-memory", arg);
 		cfg->log_memory = v;
 		return 0;
-	case OPT_INDEX_BUCKETS:
-		if (parse_u64(arg, &v, DECIMAL_SUFFIX) < 0)
-			return bad("index-buckets", arg);
-		cfg->index_buckets = v;
-		return 0;
-	case OPT_COLD_CHUNKS:
-		if (parse_u64(arg, &v, DECIMAL_SUFFIX) < 0 || !v || (v & (v - 1)))
-			return bad("ember-cold-chunks", arg);
-		cfg->cold_chunks = v;
-		return 0;
-	case OPT_READ_CACHE:
-		return parse_cache_bytes(arg, &cfg->read_cache) < 0 ? bad("ember-read-cache", arg) : 0;
-	case OPT_RC_ADMIT:
-		if (strcmp(arg, "first") && strcmp(arg, "second"))
-			return bad("ember-read-cache-admit", arg);
-		cfg->rc_admit_first = !strcmp(arg, "first");
-		return 0;
-	case OPT_COLD_CACHE:
-		return parse_cache_bytes(arg, &cfg->cold_cache) < 0 ? bad("ember-cold-cache", arg) : 0;
-	case OPT_SEGMENT:
-		/* the store checks the range; 0 keeps one file per log */
-		if (parse_u64(arg, &v, BINARY_SUFFIX) < 0)
-			return bad("ember-segment-bytes", arg);
-		cfg->segment_bytes = v;
-		return 0;
 	case OPT_REPEAT:
 		if (parse_u64(arg, &v, NO_SUFFIX) < 0 || v == 0 || v > YCSB_MAX_REPEAT)
 			return bad("repeat", arg);
@@ -490,28 +523,10 @@ static int parse_one(int c, const char *arg, ycsb_config *cfg, given *g, int *wa
 		}
 		cfg->inflight = (unsigned)v;
 		return 0;
-	case OPT_EMBER_MEMORY:
-		if (strcmp(arg, "whole") == 0)
-			cfg->ember_hot_log_only = 0;
-		else if (strcmp(arg, "hot-log") == 0)
-			cfg->ember_hot_log_only = 1;
-		else
-			return bad("ember-memory", arg);
-		return 0;
-	case OPT_DISK_PROBE:
-		cfg->disk_probe = 1;
-		return 0;
-	case OPT_PROBE_SECONDS:
-		if (parse_double(arg, &d) < 0 || !(d > 0 && d <= 600))
-			return bad("probe-seconds", arg);
-		cfg->probe_seconds = d;
-		return 0;
-	case OPT_PROBE_SIZE:
-		if (parse_u64(arg, &v, BINARY_SUFFIX) < 0 || v < (1u << 20))
-			return bad("probe-size", arg);
-		cfg->probe_size = v;
-		return 0;
 	}
+	int rc = parse_engine_opt(c, arg, cfg);
+	if (rc != -1)
+		return rc;
 	usage(stderr);
 	return 2;
 }

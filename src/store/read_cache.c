@@ -21,7 +21,8 @@
  *  4. The cache never waits: a full cache skips the insert.
  *  5. Admission (EMBER_READ_CACHE_ADMIT_SECOND): rc_seen holds a 32-bit
  *     fingerprint per slot (one slot per 256 bytes of the cache, a power of two),
- *     the slot picked by the hash's high bits. rc_insert copies a record only if
+ *     the slot picked by the hash's high 32 bits, the fingerprint its low 32 (so
+ *     at most 2^32 slots). rc_insert copies a record only if
  *     its slot holds its fingerprint, that is, its key was read from disk before
  *     and no other key took the slot since; it then clears the slot. Otherwise the
  *     slot takes the fingerprint and nothing is copied. Until the cache first
@@ -88,8 +89,8 @@ uint64_t rc_filter_bytes(uint64_t mem, uint32_t admit)
 	if (admit != EMBER_READ_CACHE_ADMIT_SECOND || !mem)
 		return 0;
 	uint64_t slots = 1024;
-	while (slots * 2 <= mem / 256)
-		slots *= 2;
+	while (slots * 2 <= mem / 256 && slots < (UINT64_C(1) << 32))
+		slots *= 2; /* at most 2^32: the slot is 32 bits of the hash */
 	return slots * sizeof(uint32_t);
 }
 
@@ -98,7 +99,7 @@ static int rc_admit(struct ember_db *db, uint64_t hash)
 {
 	if (!db->rc_seen || hlog_load(&db->rc->head) <= EM_LOG_START)
 		return 1; /* no filter, or the cache not yet full */
-	_Atomic uint32_t *slot = &db->rc_seen[(hash >> 40) & db->rc_seen_mask];
+	_Atomic uint32_t *slot = &db->rc_seen[(hash >> 32) & db->rc_seen_mask];
 	uint32_t fp = (uint32_t)hash | 1; /* never 0, the empty slot */
 	/* relaxed: a hint (note 5) */
 	if (atomic_load_explicit(slot, memory_order_relaxed) == fp) {

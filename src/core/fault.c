@@ -47,7 +47,7 @@ static const char *const site_names[EM_FAULT_NSITES] = {
 	[EM_FAULT_IO_FSYNC] = "io_fsync",   [EM_FAULT_IO_PUNCH] = "io_punch",
 	[EM_FAULT_IO_SUBMIT] = "io_submit", [EM_FAULT_RING_INIT] = "ring_init",
 	[EM_FAULT_FILE_OPEN] = "file_open", [EM_FAULT_ALLOC] = "alloc",
-	[EM_FAULT_STORE_PUT] = "store_put",
+	[EM_FAULT_STORE_PUT] = "store_put", [EM_FAULT_DIO_ALIGN] = "dio_align",
 };
 
 static int site_default_err(enum em_fault_site site)

@@ -29,6 +29,9 @@
  *   alloc    em_alloc, em_zalloc, em_alloc_aligned return NULL
  *   store_put   ember_put_batch returns err (default -EIO) after its argument
  *            checks, writing nothing: a store that refused the batch
+ *   dio_align   io_dio_read_align reports EM_IO_ALIGN (4096), as a file system
+ *            whose direct reads need whole blocks would: no error, a larger
+ *            alignment (a later log segment falls back to buffered reads)
  *
  * Arming from the environment: $EMBER_FAULTS, read once when the library loads:
  *   EMBER_FAULTS="io_write:countdown=3;alloc:probability=0.001:seed=7:limit=5"
@@ -55,6 +58,7 @@ enum em_fault_site {
 	EM_FAULT_FILE_OPEN,
 	EM_FAULT_ALLOC,
 	EM_FAULT_STORE_PUT,
+	EM_FAULT_DIO_ALIGN,
 	EM_FAULT_NSITES
 };
 

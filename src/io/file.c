@@ -62,6 +62,8 @@ int io_open_store_file(const char *path, int oflags, int *direct)
 
 uint32_t io_dio_read_align(int fd)
 {
+	if (EM_FAULT(EM_FAULT_DIO_ALIGN))
+		return EM_IO_ALIGN; /* fault injection: a file system that wants whole blocks */
 #ifdef STATX_DIOALIGN
 	struct statx sx;
 	memset(&sx, 0, sizeof(sx));

@@ -7,7 +7,10 @@
  *     on ext4 over a 512-byte-sector disk), EM_IO_ALIGN where nothing is
  *     reported; a segmented file has EM_IO_ALIGN until its first segment opens,
  *     then the same value; reads at that alignment (one crossing a segment end
- *     too) return the bytes written.
+ *     too) return the bytes written. With fault injection (dio_align), a later
+ *     segment whose direct reads would need 4096 bytes falls back to buffered
+ *     reads and answers reads at the first segment's alignment (segment.c,
+ *     invariant 7), while the first keeps O_DIRECT.
  *  2. Through the public API, on a store whose logs are on disk (small log
  *     memory, then a reopen, which leaves nothing in memory): values of every
  *     size (a few bytes, across 512- and 4096-byte boundaries, several KiB:
@@ -35,7 +38,9 @@
 
 #include "core/alloc.h"
 #include "core/hash.h"
+#include "core/fault.h"
 #include "io/file.h"
+#include "io/file_int.h" /* io_seg_fd */
 #include "store/store_int.h" /* FIRST_READ_MIN, the session's chunk copy */
 #include "test_util.h"
 
@@ -151,6 +156,58 @@ static uint32_t file_align_checks(const char *dir)
 	em_ring_exit(&r);
 	em_free(buf, n);
 	return a;
+}
+
+/* 1, the fallback of segment.c invariant 7: segment 1 opens after the file's
+ * alignment a was set by segment 0, and is told (fault dio_align) that its direct
+ * reads need 4096 bytes. */
+static void segment_fallback_checks(const char *dir, uint32_t a)
+{
+#if defined(EMBER_FAULT_INJECTION) && EMBER_FAULT_INJECTION
+	char path[600];
+	snprintf(path, sizeof(path), "%s/fallback.log", dir);
+	struct em_file h;
+	CHECK_OK(em_file_open_segmented(&h, path, EM_FILE_CREATE | EM_FILE_TRUNCATE, EM_SEG_MIN_BITS));
+	struct em_ring r;
+	CHECK_OK(em_ring_init(&r, 4));
+	const uint32_t n = 4 * EM_IO_ALIGN;
+	const uint64_t seg = UINT64_C(1) << EM_SEG_MIN_BITS;
+	uint8_t *buf = em_alloc_io(n);
+	CHECK(buf, "alloc");
+	pattern(buf, n, 0);
+	CHECK_OK(em_io_pwrite(&r, &h, buf, n, 0)); /* segment 0 opens: the alignment is set */
+	if (!atomic_load(&h.direct) || em_file_read_align(&h) != a || a == EM_IO_ALIGN) {
+		printf("segment fallback: not checked (buffered, or an alignment of %u already)\n",
+		       em_file_read_align(&h));
+		goto out;
+	}
+	struct em_fault_spec sp = {.countdown = 1};
+	CHECK_OK(em_fault_arm(EM_FAULT_DIO_ALIGN, &sp));
+	pattern(buf, n, seg - n / 2);
+	CHECK_OK(em_io_pwrite(&r, &h, buf, n, seg - n / 2)); /* segment 1 opens */
+	uint64_t fired = em_fault_fired(EM_FAULT_DIO_ALIGN);
+	em_fault_disarm(EM_FAULT_DIO_ALIGN);
+	CHECK(fired == 1, "dio_align fired %llu times, want once (segment 1's open)",
+	      (unsigned long long)fired);
+	CHECK(em_file_read_align(&h) == a, "the file's read alignment moved to %u from %u",
+	      em_file_read_align(&h), a);
+	int fd0 = io_seg_fd(&h, 0, 0), fd1 = io_seg_fd(&h, 1, 0);
+	CHECK(fd0 >= 0 && fd1 >= 0, "segment descriptors %d %d", fd0, fd1);
+	CHECK(fcntl(fd0, F_GETFL) & O_DIRECT, "segment 0 lost O_DIRECT");
+	CHECK(!(fcntl(fd1, F_GETFL) & O_DIRECT), "segment 1 kept O_DIRECT: it needs 4096");
+	read_check(&r, &h, buf, seg - a, 2 * a, "across into the buffered segment");
+	for (uint64_t off = seg; off + a <= seg + n / 2; off += a)
+		read_check(&r, &h, buf, off, a, "the buffered segment at the first's alignment");
+	printf("segment fallback: segment 1 buffered, reads at %u bytes answered\n", a);
+out:
+	em_file_close(&h);
+	em_ring_exit(&r);
+	em_free(buf, n);
+#else
+	(void)dir;
+	(void)a;
+	printf("segment fallback: not checked (built without fault injection)\n");
+#endif
 }
 
 /* ---- 2. the store --------------------------------------------------------------- */
@@ -396,6 +453,7 @@ int main(int argc, char **argv)
 	char dir[512];
 	CHECK(tu_tmpdir_make("smallrd", dir, sizeof(dir)) == 0, "tmpdir");
 	uint32_t align = file_align_checks(dir);
+	segment_fallback_checks(dir, align);
 
 	unsigned nkeys = (unsigned)tu_scaled(KEYS);
 	if (nkeys > KEYS)

@@ -230,10 +230,11 @@ typedef struct ember_options {
 	 * EMBER_READ_CACHE_ADMIT_FIRST (0): every one (0.1.0 had no other way);
 	 * EMBER_READ_CACHE_ADMIT_SECOND: once the cache is full, a record's second
 	 * disk read within a recent window, so that keys read once (the long tail of
-	 * a skewed workload) do not push out keys read often. It remembers a 4-byte fingerprint of the keys read
-	 * lately, one per 256 bytes of read_cache_memory rounded down to a power of two
-	 * (at most a 64th of it, kept beside it: counted in memory_budget and in
-	 * ember_stats.read_cache_bytes). Other values: EMBER_EINVAL. */
+	 * a skewed workload) do not push out keys read often. It remembers a 4-byte
+	 * fingerprint of the keys read lately, one per 256 bytes of read_cache_memory
+	 * rounded down to a power of two (at most a 64th of it, kept beside it:
+	 * counted in memory_budget and in ember_stats.read_cache_bytes). Other values:
+	 * EMBER_EINVAL. */
 	uint32_t read_cache_admit;
 } ember_options;
 

@@ -211,14 +211,20 @@ static inline _Atomic uint64_t *ci_words(struct record *chunk_rec)
 	return (_Atomic uint64_t *)(void *)rec_value(chunk_rec);
 }
 
-/* The cold-log address of hash's chain in a chunk record (memory or a private disk
- * copy); 0: none. */
+/* The cold-log address of hash's chain among a chunk's entry words w; 0: none. */
+static inline uint64_t ci_entry_in(const struct cold_index *ci, const _Atomic uint64_t *w,
+				   uint64_t hash)
+{
+	uint64_t word;
+	(void)ci_pick(ci, w, hash, &word);
+	return ci_addr(ci, word);
+}
+
+/* The same in a chunk record (memory or a private disk copy). */
 static inline uint64_t ci_entry(const struct cold_index *ci, struct record *chunk_rec,
 				uint64_t hash)
 {
-	uint64_t word;
-	(void)ci_pick(ci, ci_words(chunk_rec), hash, &word);
-	return ci_addr(ci, word);
+	return ci_entry_in(ci, ci_words(chunk_rec), hash);
 }
 
 /* Is rec (which passed rec_check) a well-formed copy of chunk c (CI_ANY_CHUNK:

@@ -201,10 +201,10 @@ static void resolve_mem(struct iter *it, struct cand *c)
 				return;
 			}
 			/* the snapshot's words are the copy's: private, 8-byte aligned */
-			uint64_t w;
-			(void)ci_pick(ci, (const _Atomic uint64_t *)(const void *)(it->snap + id * ci->chunk_bytes),
-				      c->hash, &w);
-			a = ci_addr(ci, w);
+			a = ci_entry_in(ci,
+					(const _Atomic uint64_t *)(const void *)(it->snap +
+										 id * ci->chunk_bytes),
+					c->hash);
 		} else {
 			a = ci_entry(ci, hlog_rec(db->chunks, ca), c->hash);
 		}
